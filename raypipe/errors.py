@@ -1,0 +1,31 @@
+"""Project exceptions. Raised with the file, row id and field; caught only at job boundaries (cli)."""
+
+from __future__ import annotations
+
+
+class RaypipeError(Exception):
+    """Base of every error a job reports to the user without a traceback."""
+
+
+class ConfigError(RaypipeError):
+    """A config file or override that does not validate; the message names the key path and file."""
+
+
+class DataError(RaypipeError):
+    """Bad input data. Carries where it was found so the user can fix the row."""
+
+    def __init__(self, message: str, *, file: str | None = None, row_id: str | None = None,
+                 field: str | None = None):
+        self.file, self.row_id, self.field = file, row_id, field
+        where = ", ".join(
+            f"{k}={v!r}" for k, v in (("file", file), ("id", row_id), ("field", field)) if v is not None
+        )
+        super().__init__(f"{message} ({where})" if where else message)
+
+
+class ModelError(RaypipeError):
+    """A model folder that cannot be loaded or does not match what the config expects."""
+
+
+class IndexMismatchError(RaypipeError):
+    """A faiss index whose manifest disagrees with the configured encoder."""

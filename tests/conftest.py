@@ -1,0 +1,61 @@
+"""Session fixtures shared by unit and integration tests.
+
+The synthetic world and the tiny model are built once per session in a temp dir: every test that
+needs a model gets the same folder, so the suite pays for tokenizer training once.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if _cuda_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def world_dir(tmp_path_factory) -> Path:
+    """A small synthetic world (instances, passages, eval splits)."""
+    from raypipe.config import WorldConfig
+    from raypipe.data.world import synthesize
+
+    out = tmp_path_factory.mktemp("world")
+    synthesize(WorldConfig(out_dir=str(out), instances=400, seed=7, eval_instances=40, shard_size=150))
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, world_dir) -> Path:
+    """A tiny Llama + BPE tokenizer with the reflection tokens, trained on the world's texts."""
+    from raypipe.config import TinyModelConfig
+    from raypipe.models import build_tiny_model, world_texts
+
+    out = tmp_path_factory.mktemp("tiny_model")
+    cfg = TinyModelConfig(out_dir=str(out), vocab_size=512, hidden_size=64, intermediate_size=128,
+                          num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=512,
+                          tokenizer_train_texts=2000)
+    build_tiny_model(cfg, world_texts(world_dir, limit=cfg.tokenizer_train_texts), out)
+    return out
