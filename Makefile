@@ -1,0 +1,44 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Both bootstrap .venv when missing.
+# torch is installed first from its CPU pin (an unpinned torch pulls a multi-GB CUDA build) and kept
+# pinned through constraints.txt for every later install.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.raypipe-installed
+export DS_ACCELERATOR ?= cpu
+export TORCH_EXTENSIONS_DIR ?= $(CURDIR)/.cache/torch_extensions
+export RAY_AUTH_MODE ?= disabled
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+# Keep every benchmark's and test's numbers comparable and avoid oversubscribing 2 cores.
+export RAY_DEDUP_LOGS := 1
+
+.PHONY: setup demo test lint bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: setup
+	$(BIN)/raypipe demo --config configs/demo.yaml
+
+test: setup
+	$(BIN)/ruff check .
+	$(BIN)/pytest -q --durations=15
+
+lint: setup
+	$(BIN)/ruff check .
+
+bench: setup
+	@for b in benchmarks/[a-z]*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf runs .pytest_cache .ruff_cache

@@ -1,0 +1,83 @@
+"""Shared plumbing for benchmarks: machine facts, versions, result files, timing.
+
+Every benchmark writes benchmarks/results/<name>.json holding its figures, the same-run baseline, the
+ratio, and where it ran (DESIGN §3), so a number is never quoted without its context.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+_VERSIONED = ("ray", "torch", "transformers", "deepspeed", "faiss-cpu", "pyarrow", "numpy", "spacy",
+              "sentence-transformers")
+
+
+def machine_info() -> dict[str, Any]:
+    import psutil
+
+    versions = {}
+    for name in _VERSIONED:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return {
+        "cores": os.cpu_count(),
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "versions": versions,
+        "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def write_result(name: str, payload: dict[str, Any]) -> Path:
+    """Write benchmarks/results/<name>.json with the machine facts added under `machine`."""
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RESULTS_DIR / f"{name}.json"
+    body = {"benchmark": name, **payload, "machine": machine_info()}
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(body, indent=2, sort_keys=False, default=str) + "\n")
+    tmp.replace(path)
+    return path
+
+
+@dataclass
+class Timing:
+    seconds: float = 0.0
+
+
+@contextmanager
+def timer() -> Iterator[Timing]:
+    """`with timer() as t: ...` then `t.seconds` (monotonic wall clock)."""
+    t = Timing()
+    start = time.perf_counter()
+    try:
+        yield t
+    finally:
+        t.seconds = time.perf_counter() - start
+
+
+def peak_rss_gib_tree(pid: int | None = None) -> float:
+    """Current RSS of a process and all its children in GiB (Ray workers are children of raylet)."""
+    import psutil
+
+    root = psutil.Process(pid or os.getpid())
+    total = 0
+    for p in [root, *root.children(recursive=True)]:
+        try:
+            total += p.memory_info().rss
+        except psutil.Error:
+            continue
+    return total / 2**30

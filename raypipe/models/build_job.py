@@ -1,0 +1,48 @@
+"""`raypipe models build`: the tiny base model every demo model starts from (DESIGN §4)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from raypipe.config import RaypipeConfig
+
+logger = logging.getLogger(__name__)
+
+
+def run_build_models(cfg: RaypipeConfig) -> dict[str, Any]:
+    """Build the tokenizer and tiny Llama on the world's texts; skipped when already built."""
+    from raypipe.models import build_tiny_model, load_tokenizer, world_texts
+
+    out = Path(cfg.tiny_model.out_dir)
+    done = out / "_SUCCESS"
+    start = time.perf_counter()
+    skipped = done.exists()
+    if not skipped:
+        texts = world_texts(cfg.world.out_dir, limit=cfg.tiny_model.tokenizer_train_texts)
+        build_tiny_model(cfg.tiny_model, texts, out)
+        done.touch()
+    tokenizer = load_tokenizer(out)
+    n_params = _count_parameters(out)
+    return {
+        "model_dir": str(out),
+        "skipped (already built)": skipped,
+        "vocab_size": len(tokenizer),
+        "parameters": n_params,
+        "seconds": round(time.perf_counter() - start, 1),
+    }
+
+
+def _count_parameters(model_dir: Path) -> int:
+    """Parameter count from the safetensors headers, without loading the model."""
+    from safetensors import safe_open
+
+    total = 0
+    for f in sorted(model_dir.glob("*.safetensors")):
+        with safe_open(str(f), framework="pt") as st:
+            for key in st.keys():
+                total += math.prod(st.get_slice(key).get_shape())
+    return total
