@@ -1,0 +1,316 @@
+"""`raypipe augment`: Algorithm 3 as one streaming Ray Data pipeline over the instance shards.
+
+Shape of the job:
+
+    read parquet shards -> validate -> [critic] retrieve decision + IsUse -> segment (spaCy)
+    -> [retriever] first evidence -> [critic] per-segment retrieve -> [retriever] top-K per segment
+    -> [critic] IsRel / IsSup / choose -> render + sampling policy -> driver writes one output shard
+    per input shard as soon as its last row arrives.
+
+Critic and retriever stages run in their own actor pools (models loaded once per actor; GPU actors
+when CUDA is present); segmentation, validation and rendering are stateless tasks. Execution keeps
+the input order, so the driver holds at most about one shard in memory and a shard's output is
+complete exactly when its row count is reached. Finished shards are skipped on a rerun, and every
+random choice is seeded by row id, so a resumed run writes the same bytes as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from raypipe import tokens as T
+from raypipe.augment import stages
+from raypipe.augment.sampling import apply_sampling
+from raypipe.augment.state import InstanceState
+from raypipe.config import AugmentConfig, RaypipeConfig, SegmentationConfig
+from raypipe.errors import DataError
+
+logger = logging.getLogger(__name__)
+
+REJECT = "reject_reason"
+SOURCE = "path"
+OUTPUT_COLUMNS = ("id", "instruction", "input", "output", "dataset")
+
+
+# --- stage wrappers (run inside Ray Data workers) ------------------------------------------------
+
+
+def _on_good_rows(batch: dict[str, np.ndarray], fn: Callable[[dict], dict]) -> dict[str, np.ndarray]:
+    """Apply a stage to the rows that passed validation; rejected rows ride along untouched (new
+    columns get "") so the driver can count every row of a shard."""
+    good = np.array([not r for r in batch[REJECT]], dtype=bool)
+    if good.all():
+        return fn(batch)
+    out = {k: np.array(v, dtype=object) for k, v in batch.items()}
+    if good.any():
+        done = fn({k: v[good] for k, v in batch.items()})
+        for col, values in done.items():
+            if col not in out:
+                out[col] = np.array([""] * len(good), dtype=object)
+            out[col][good] = values
+    return out
+
+
+def validate(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Flag rows that would break a stage (wrong types, empty required fields)."""
+    from raypipe.data.io import validate_batch
+
+    table = pa.table({k: pa.array(list(v)) for k, v in batch.items() if k != SOURCE})
+    source = str(batch[SOURCE][0]) if len(batch[SOURCE]) else "<unknown>"
+    good, rejects = validate_batch(table, "instance", source)
+    reasons = {str(r.get("id")): f"{r['reason']}: {r.get('field', '')}" for r in rejects}
+    out = {k: np.array([("" if v is None else str(v)) for v in batch[k]], dtype=object) for k in batch}
+    out[REJECT] = np.array([reasons.get(str(i), "") for i in batch["id"]], dtype=object)
+    if good.num_rows + len(rejects) != len(batch["id"]):
+        raise DataError("validation lost rows", file=source)
+    out["state"] = np.array([InstanceState().to_json() for _ in batch["id"]], dtype=object)
+    return out
+
+
+@functools.cache
+def _segmenter(model: str) -> Any:
+    from raypipe.data.segment import Segmenter
+
+    return Segmenter(SegmentationConfig(spacy_model=model))
+
+
+def segment(batch: dict[str, np.ndarray], spacy_model: str) -> dict[str, np.ndarray]:
+    return _on_good_rows(batch, lambda b: stages.segment_outputs(b, _segmenter(spacy_model).split_many))
+
+
+def render(batch: dict[str, np.ndarray], cfg: AugmentConfig) -> dict[str, np.ndarray]:
+    """Render each augmented output and apply the sampling policy (keep / copies in the state)."""
+
+    def fn(b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        states = [InstanceState.from_json(s) for s in b["state"]]
+        outputs = []
+        for i, state in enumerate(states):
+            text = stages.render(state)
+            apply_sampling(state, str(b["id"][i]), str(b["dataset"][i]), text, cfg.sampling)
+            outputs.append(text)
+        out = stages.store_states(b, states)
+        out["augmented"] = np.array(outputs, dtype=object)
+        return out
+
+    return _on_good_rows(batch, fn)
+
+
+class CriticStage:
+    """Actor: loads the critic once, then applies one critic-driven stage function per batch."""
+
+    def __init__(self, fns: list[Callable], critic_path: str, batch_size: int):
+        from raypipe.critic.predict import CriticPredictor
+
+        self.critic = CriticPredictor(critic_path, batch_size=batch_size)
+        self.fns = fns
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        for fn in self.fns:
+            batch = _on_good_rows(batch, functools.partial(fn, critic=self.critic))
+        return batch
+
+
+class RetrieverStage:
+    """Actor: loads the faiss index and encoder once, then applies one retrieval stage per batch."""
+
+    def __init__(self, fn: Callable, retrieval_cfg: Any):
+        from raypipe.retrieval import load_retriever
+
+        self.retriever = load_retriever(retrieval_cfg)
+        self.fn = fn
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return _on_good_rows(batch, functools.partial(self.fn, retriever=self.retriever))
+
+
+# --- the driver ----------------------------------------------------------------------------------
+
+
+def _critic_resources(cfg: AugmentConfig) -> dict[str, float]:
+    import torch
+
+    if torch.cuda.is_available():
+        return {"num_gpus": cfg.critic_gpus}
+    return {"num_cpus": cfg.critic_cpus}
+
+
+def build_dataset(files: list[str], cfg: RaypipeConfig):
+    """The lazy Ray Data plan over `files`; nothing runs until it is iterated."""
+    import ray.data
+    from ray.data import ActorPoolStrategy
+
+    a = cfg.augment
+    critic_kw = {"critic_path": a.critic, "batch_size": a.critic_batch_size}
+    ds = ray.data.read_parquet(files, include_paths=True)
+    ds = ds.map_batches(validate, batch_format="numpy", batch_size=a.batch_size)
+
+    def critic(fns: list[Callable]):
+        return dict(fn=CriticStage, fn_constructor_kwargs={"fns": fns, **critic_kw}, batch_format="numpy",
+                    batch_size=a.batch_size, compute=ActorPoolStrategy(size=a.critic_actors),
+                    **_critic_resources(a))
+
+    def retriever(fn: Callable):
+        return dict(fn=RetrieverStage, fn_constructor_kwargs={"fn": fn, "retrieval_cfg": cfg.retrieval},
+                    batch_format="numpy", batch_size=a.batch_size,
+                    compute=ActorPoolStrategy(size=a.retriever_actors), num_cpus=a.retriever_cpus)
+
+    ds = ds.map_batches(**critic([stages.decide_retrieval, stages.judge_utility]))
+    ds = ds.map_batches(segment, fn_kwargs={"spacy_model": cfg.segmentation.spacy_model},
+                        batch_format="numpy", batch_size=a.batch_size)
+    ds = ds.map_batches(**retriever(stages.first_retrieval))
+    ds = ds.map_batches(**critic([stages.decide_segments]))
+    ds = ds.map_batches(**retriever(functools.partial(stages.retrieve_segments, k=a.top_k)))
+    ds = ds.map_batches(**critic([functools.partial(stages.critique_passages, seed=a.sampling.seed)]))
+    ds = ds.map_batches(render, fn_kwargs={"cfg": a}, batch_format="numpy", batch_size=a.batch_size)
+    return ds
+
+
+class ShardWriter:
+    """Collects rows per input shard (in input order) and writes each shard once it is complete."""
+
+    def __init__(self, out_dir: Path, expected: dict[str, int], seen_ids: set[str]):
+        self.data_dir = out_dir / "data"
+        self.rejects_dir = out_dir / "rejects"
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.rejects_dir.mkdir(parents=True, exist_ok=True)
+        self.expected = expected
+        self.pending: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        self.seen_ids = seen_ids
+        self.written: list[str] = []
+
+    def add(self, rows: list[dict[str, Any]]) -> None:
+        for row in rows:
+            src = str(row[SOURCE])
+            self.pending[src].append(row)
+            if len(self.pending[src]) == self.expected[src]:
+                self._flush(src)
+
+    def _flush(self, src: str) -> None:
+        rows = self.pending.pop(src, [])
+        kept: list[dict[str, Any]] = []
+        rejects: list[dict[str, Any]] = []
+        for row in rows:
+            rid = str(row["id"])
+            if row[REJECT]:
+                rejects.append({"file": src, "id": rid, "reason": row[REJECT]})
+                continue
+            if rid in self.seen_ids:
+                rejects.append({"file": src, "id": rid, "reason": "duplicate_id: id"})
+                continue
+            self.seen_ids.add(rid)
+            state = InstanceState.from_json(row["state"])
+            if not state.keep:
+                continue
+            for copy in range(state.copies):
+                kept.append({
+                    "id": rid if copy == 0 else f"{rid}#up{copy}",
+                    "instruction": row["instruction"], "input": row["input"], "output": row["augmented"],
+                    "dataset": row["dataset"], "source_id": rid, "state": row["state"],
+                })
+        stem = Path(src).name.removesuffix(".parquet")
+        from raypipe.data.io import write_jsonl, write_parquet
+
+        write_jsonl(rejects, self.rejects_dir / f"{stem}.rejects.jsonl")
+        write_jsonl([{k: r[k] for k in OUTPUT_COLUMNS} for r in kept], self.data_dir / f"{stem}.jsonl")
+        # parquet last: its presence marks the shard finished for a rerun
+        write_parquet(_table(kept), self.data_dir / f"{stem}.parquet")
+        self.written.append(stem)
+        logger.info("wrote shard %s: %d rows kept of %d, %d rejected", stem, len(kept), len(rows), len(rejects))
+
+
+def _table(rows: list[dict[str, Any]]) -> pa.Table:
+    cols = (*OUTPUT_COLUMNS, "source_id", "state")
+    return pa.table({c: pa.array([r[c] for r in rows], type=pa.string()) for c in cols})
+
+
+def _shard_stats(data_dir: Path, rejects_dir: Path) -> dict[str, Any]:
+    """Statistics over every finished shard (so a resumed run reports the whole corpus)."""
+    by_dataset: dict[str, Counter] = defaultdict(Counter)
+    token_counts: Counter = Counter()
+    rejects: Counter = Counter()
+    n_rows = 0
+    for f in sorted(data_dir.glob("*.parquet")):
+        t = pq.read_table(f, columns=["id", "output", "dataset"]).to_pydict()
+        for rid, out, ds in zip(t["id"], t["output"], t["dataset"], strict=True):
+            n_rows += 1
+            if "#up" in rid:
+                by_dataset[ds]["upsampled"] += 1
+                continue
+            by_dataset[ds]["rows"] += 1
+            by_dataset[ds]["retrieve_yes"] += T.RETRIEVAL in out
+            token_counts.update(T.parse(out).tokens())
+    for f in sorted(rejects_dir.glob("*.rejects.jsonl")):
+        for line in f.read_text().splitlines():
+            rejects[json.loads(line)["reason"].split(":")[0]] += 1
+    return {
+        "rows_written": n_rows,
+        "retrieve_yes_share": {ds: round(c["retrieve_yes"] / max(c["rows"], 1), 3)
+                               for ds, c in sorted(by_dataset.items())},
+        "rows_per_dataset": {ds: c["rows"] for ds, c in sorted(by_dataset.items())},
+        "upsampled_rows": sum(c["upsampled"] for c in by_dataset.values()),
+        "token_distribution": dict(sorted(token_counts.items())),
+        "rejects": dict(rejects),
+    }
+
+
+def run_augment(cfg: RaypipeConfig) -> dict[str, Any]:
+    import ray
+
+    from raypipe.data.io import list_data_files
+    from raypipe.runtime import ensure_ray
+
+    a = cfg.augment
+    out_dir = Path(a.out_dir)
+    data_dir = out_dir / "data"
+    files = [str(f) for f in list_data_files(a.instances) if f.suffix == ".parquet"]
+    if not files:
+        raise DataError("no parquet instance shards to augment", file=a.instances)
+    done = {f.name.removesuffix(".parquet") for f in data_dir.glob("*.parquet")}
+    todo = [f for f in files if Path(f).name.removesuffix(".parquet") not in done]
+    seen_ids: set[str] = set()
+    for f in sorted(data_dir.glob("*.parquet")):
+        seen_ids.update(i for i in pq.read_table(f, columns=["source_id"])["source_id"].to_pylist())
+    logger.info("augment: %d input shards, %d already done, %d to run", len(files), len(done), len(todo))
+
+    start = time.perf_counter()
+    n_in = 0
+    ray_stats = ""
+    if todo:
+        ensure_ray(cfg.ray)
+        ctx = ray.data.DataContext.get_current()
+        ctx.execution_options.preserve_order = True
+        expected = {f: pq.ParquetFile(f).metadata.num_rows for f in todo}
+        writer = ShardWriter(out_dir, expected, seen_ids)
+        ds = build_dataset(todo, cfg)
+        for batch in ds.iter_batches(batch_format="pandas", batch_size=a.batch_size):
+            rows = batch.to_dict(orient="records")
+            n_in += len(rows)
+            writer.add(rows)
+        empty = [f for f, n in expected.items() if n == 0]
+        for f in empty:
+            writer._flush(f)
+        ray_stats = ds.stats()
+    wall = time.perf_counter() - start
+
+    stats = {
+        "input_shards": len(files), "shards_skipped": len(done), "shards_written": len(todo),
+        "instances_processed": n_in, "wall_s": round(wall, 1),
+        "instances_per_s": round(n_in / wall, 2) if n_in and wall else 0.0,
+        **_shard_stats(data_dir, out_dir / "rejects"),
+    }
+    (out_dir / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
+    if ray_stats:
+        (out_dir / "ray_data_stats.txt").write_text(ray_stats)
+    (out_dir / "_SUCCESS").touch()
+    return stats

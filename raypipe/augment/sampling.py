@@ -1,0 +1,29 @@
+"""The sampling policy of Self-RAG App. A.3, applied to rendered rows.
+
+The paper drops 50% of the instances without any retrieval token (instruction-following sets are full
+of queries that need none) and up-samples QA instances that carry [Irrelevant], so that
+[Relevant]/[Fully supported] do not dominate. Every draw is seeded by the row id and recorded in the
+row's state, so a rerun makes the same choices.
+"""
+
+from __future__ import annotations
+
+import math
+
+from raypipe import tokens as T
+from raypipe.augment.state import InstanceState, seeded_uniform
+from raypipe.config import SamplingConfig
+
+
+def apply_sampling(state: InstanceState, row_id: str, dataset: str, augmented: str,
+                   cfg: SamplingConfig) -> None:
+    """Set `state.keep` and `state.copies` for one rendered row."""
+    if T.RETRIEVAL not in augmented:
+        u = seeded_uniform(cfg.seed, row_id, "drop")
+        state.random_draws["drop"] = u
+        state.keep = u >= cfg.drop_no_retrieval
+    if state.keep and dataset in cfg.qa_datasets and T.IRRELEVANT in augmented:
+        extra = cfg.upsample_irrelevant_qa
+        u = seeded_uniform(cfg.seed, row_id, "upsample")
+        state.random_draws["upsample"] = u
+        state.copies = 1 + math.floor(extra) + (1 if u < extra - math.floor(extra) else 0)

@@ -1,0 +1,260 @@
+"""Self-RAG Algorithm 3 (App. A.3) as batch functions: each takes a column batch and returns it with
+the `state` column advanced by one step.
+
+The functions take their models as arguments (a critic with `predict(examples) -> probabilities` and
+a retriever with `search(queries, k) -> hits`), so they run the same in a unit test with scripted
+fakes, in a plain loop, and inside Ray Data actors (pipeline.py). Every critic call of a stage is one
+batched call over all rows, segments and passages of the batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from raypipe import tokens as T
+from raypipe.augment.state import InstanceState, Passage, SegmentState, seeded_uniform
+from raypipe.prompts import Aspect, CriticExample
+
+Batch = dict[str, np.ndarray]
+
+
+class Critic(Protocol):
+    def predict(self, examples: list[CriticExample]) -> list[dict[str, float]]: ...
+
+
+class Hit(Protocol):
+    id: str
+    title: str
+    text: str
+    score: float
+
+
+class Retriever(Protocol):
+    def search(self, queries: list[str], k: int) -> list[list[Hit]]: ...
+
+
+def _states(batch: Batch) -> list[InstanceState]:
+    raw = batch.get("state")
+    n = len(batch["id"])
+    return [InstanceState.from_json(raw[i] if raw is not None else None) for i in range(n)]
+
+
+def store_states(batch: Batch, states: Sequence[InstanceState]) -> Batch:
+    out = dict(batch)
+    out["state"] = np.array([s.to_json() for s in states], dtype=object)
+    return out
+
+
+def _x(batch: Batch, i: int) -> str:
+    """The task input x: instruction plus input, as one query string."""
+    instruction, inp = str(batch["instruction"][i]), str(batch["input"][i])
+    return f"{instruction}\n{inp}" if inp else instruction
+
+
+def _argmax(probs: dict[str, float]) -> str:
+    return max(probs.items(), key=lambda kv: kv[1])[0]
+
+
+def _to_passage(hit: Hit) -> Passage:
+    return Passage(id=str(hit.id), title=str(hit.title), text=str(hit.text), score=float(hit.score))
+
+
+def _ask(critic: Critic, jobs: list[tuple[Any, CriticExample]], apply: Callable[[Any, str], None]) -> None:
+    """One batched critic call; `apply(handle, label)` writes each argmax label back."""
+    if not jobs:
+        return
+    probs = critic.predict([ex for _, ex in jobs])
+    for (handle, _), p in zip(jobs, probs, strict=True):
+        apply(handle, _argmax(p))
+
+
+# --- a. retrieve decision on the input ----------------------------------------------------------
+
+
+def decide_retrieval(batch: Batch, critic: Critic) -> Batch:
+    """Retrieve given the input only (App. D Table 8)."""
+    states = _states(batch)
+    examples = [
+        CriticExample(aspect=Aspect.RETRIEVE_INPUT, instruction=str(batch["instruction"][i]),
+                      input=str(batch["input"][i]))
+        for i in range(len(states))
+    ]
+    for state, probs in zip(states, critic.predict(examples) if examples else [], strict=True):
+        state.retrieve_probs = probs
+        state.retrieve = _argmax(probs) == T.RETRIEVAL
+    return store_states(batch, states)
+
+
+# --- b. the retrieval branch ---------------------------------------------------------------------
+
+
+def segment_outputs(batch: Batch, split_many: Callable[[list[str]], list[list[str]]]) -> Batch:
+    """Split outputs into sentences (lossless: "".join(segments) == output). Rows that need no
+    retrieval keep their whole output as one segment: they only get IsUse."""
+    states = _states(batch)
+    todo = [i for i, s in enumerate(states) if s.retrieve]
+    pieces = split_many([str(batch["output"][i]) for i in todo]) if todo else []
+    for i, segs in zip(todo, pieces, strict=True):
+        states[i].segments = [SegmentState(text=t) for t in segs if t]
+    for i, s in enumerate(states):
+        if not s.retrieve:
+            s.segments = [SegmentState(text=str(batch["output"][i]))]
+    return store_states(batch, states)
+
+
+def first_retrieval(batch: Batch, retriever: Retriever) -> Batch:
+    """Top-1 passage for the whole output: the initial evidence (query = input + output)."""
+    states = _states(batch)
+    todo = [i for i, s in enumerate(states) if s.retrieve]
+    queries = [f"{_x(batch, i)}\n{batch['output'][i]}" for i in todo]
+    hits = retriever.search(queries, 1) if queries else []
+    for i, h in zip(todo, hits, strict=True):
+        states[i].first_evidence = _to_passage(h[0]) if h else None
+    return store_states(batch, states)
+
+
+def decide_segments(batch: Batch, critic: Critic) -> Batch:
+    """Three-way Retrieve per segment given the input, preceding segments and the first evidence."""
+    states = _states(batch)
+    jobs: list[tuple[SegmentState, CriticExample]] = []
+    for i, s in enumerate(states):
+        if not s.retrieve:
+            continue
+        evidence = s.first_evidence.evidence if s.first_evidence else None
+        for t, seg in enumerate(s.segments):
+            preceding = "".join(x.text for x in s.segments[:t]).strip()
+            jobs.append((seg, CriticExample(
+                aspect=Aspect.RETRIEVE, instruction=str(batch["instruction"][i]),
+                input=str(batch["input"][i]), output=seg.text.strip(), evidence=evidence,
+                preceding=preceding)))
+    _ask(critic, jobs, lambda seg, label: setattr(seg, "decision", label))
+    return store_states(batch, states)
+
+
+def retrieve_segments(batch: Batch, retriever: Retriever, k: int) -> Batch:
+    """Top-K passages for every segment that needs new evidence (query = input + segment).
+
+    A segment judged [Continue to Use Evidence] before any passage has been inserted continues the
+    *first* evidence, so that passage is inserted there (as a retrieval) rather than referring to
+    nothing.
+    """
+    states = _states(batch)
+    jobs: list[tuple[SegmentState, str]] = []
+    for i, s in enumerate(states):
+        if not s.retrieve:
+            continue
+        inserted = False
+        for seg in s.segments:
+            if seg.decision == T.RETRIEVAL:
+                jobs.append((seg, f"{_x(batch, i)}\n{seg.text.strip()}"))
+                inserted = True
+            elif seg.decision == T.CONTINUE and not inserted and s.first_evidence is not None:
+                seg.decision = T.RETRIEVAL
+                seg.passages = [s.first_evidence]
+                inserted = True
+    hits = retriever.search([q for _, q in jobs], k) if jobs else []
+    for (seg, _), h in zip(jobs, hits, strict=True):
+        seg.passages = [_to_passage(x) for x in h]
+    return store_states(batch, states)
+
+
+def critique_passages(batch: Batch, critic: Critic, seed: int) -> Batch:
+    """IsRel for each passage, IsSup for the relevant ones, then choose the passage (App. A.3):
+    relevant and fully/partially supported, highest retrieval score first; otherwise a seeded random
+    one."""
+    states = _states(batch)
+    rel_jobs: list[tuple[tuple[SegmentState, int], CriticExample]] = []
+    for i, s in enumerate(states):
+        for seg in s.segments:
+            seg.is_rel = [""] * len(seg.passages)
+            seg.is_sup = [None] * len(seg.passages)
+            for j, p in enumerate(seg.passages):
+                rel_jobs.append(((seg, j), CriticExample(
+                    aspect=Aspect.IS_REL, instruction=str(batch["instruction"][i]),
+                    input=str(batch["input"][i]), evidence=p.evidence)))
+
+    def set_rel(handle: tuple[SegmentState, int], label: str) -> None:
+        handle[0].is_rel[handle[1]] = label
+
+    _ask(critic, rel_jobs, set_rel)
+
+    sup_jobs: list[tuple[tuple[SegmentState, int], CriticExample]] = []
+    for i, s in enumerate(states):
+        for t, seg in enumerate(s.segments):
+            preceding = "".join(x.text for x in s.segments[:t]).strip()
+            for j, p in enumerate(seg.passages):
+                if seg.is_rel[j] == T.RELEVANT:
+                    sup_jobs.append(((seg, j), CriticExample(
+                        aspect=Aspect.IS_SUP, instruction=str(batch["instruction"][i]),
+                        input=str(batch["input"][i]), output=seg.text.strip(), evidence=p.evidence,
+                        preceding=preceding)))
+
+    def set_sup(handle: tuple[SegmentState, int], label: str) -> None:
+        handle[0].is_sup[handle[1]] = label
+
+    _ask(critic, sup_jobs, set_sup)
+
+    for i, s in enumerate(states):
+        for t, seg in enumerate(s.segments):
+            if seg.passages:
+                _choose(seg, s, seed, str(batch["id"][i]), t)
+    return store_states(batch, states)
+
+
+def _choose(seg: SegmentState, state: InstanceState, seed: int, row_id: str, t: int) -> None:
+    good = [
+        j for j in range(len(seg.passages))
+        if seg.is_rel[j] == T.RELEVANT and seg.is_sup[j] in (T.FULLY_SUPPORTED, T.PARTIALLY_SUPPORTED)
+    ]
+    if good:
+        seg.chosen = max(good, key=lambda j: seg.passages[j].score)
+        seg.chosen_by = "best"
+    else:
+        u = seeded_uniform(seed, row_id, "passage", t)
+        state.random_draws[f"passage[{t}]"] = u
+        seg.chosen = int(u * len(seg.passages))
+        seg.chosen_by = "random"
+
+
+# --- utility, for both branches ------------------------------------------------------------------
+
+
+def judge_utility(batch: Batch, critic: Critic) -> Batch:
+    """IsUse given input and the whole output (perceived utility, independent of passages)."""
+    states = _states(batch)
+    jobs = [
+        (s, CriticExample(aspect=Aspect.IS_USE, instruction=str(batch["instruction"][i]),
+                          input=str(batch["input"][i]), output=str(batch["output"][i])))
+        for i, s in enumerate(states)
+    ]
+    _ask(critic, jobs, lambda s, label: setattr(s, "utility", label))
+    return store_states(batch, states)
+
+
+# --- the augmented output ------------------------------------------------------------------------
+
+
+def render(state: InstanceState) -> str:
+    """The augmented output string; valid under tokens.parse by construction (tested)."""
+    segments: list[T.Segment] = []
+    for seg in state.segments:
+        # The whitespace between sentences goes after the critique token ("A.[Fully supported] B."),
+        # so strip_reflection() of the result gives back the original output exactly.
+        text = seg.text.rstrip()
+        tail = seg.text[len(text):]
+        if not state.retrieve:
+            segments.append(T.Segment(text=text, tail=tail, retrieve=T.NO_RETRIEVAL))
+        elif seg.decision == T.RETRIEVAL and seg.chosen is not None:
+            p = seg.passages[seg.chosen]
+            segments.append(T.Segment(
+                text=text, tail=tail, retrieve=T.RETRIEVAL, paragraph=f"{p.title}\n{p.text}",
+                is_rel=seg.is_rel[seg.chosen], is_sup=seg.is_sup[seg.chosen]))
+        elif seg.decision == T.CONTINUE:
+            segments.append(T.Segment(text=text, tail=tail, retrieve=T.CONTINUE))
+        else:
+            # [No Retrieval], or a retrieval that found nothing to insert
+            segments.append(T.Segment(text=text, tail=tail, retrieve=T.NO_RETRIEVAL))
+    return T.format_output(T.AugmentedOutput(segments=segments, utility=state.utility))

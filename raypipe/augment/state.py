@@ -1,0 +1,84 @@
+"""The per-instance working state that Algorithm 3's stages fill in, one field per stage.
+
+Rows travel between Ray Data stages with their original columns plus one `state` column holding this
+structure as JSON. A JSON string keeps the Arrow schema flat and stable while the nested content
+(passages per segment, labels per passage) grows, and it makes each stage's contribution auditable:
+the final row records every decision and every random choice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class Passage:
+    id: str
+    title: str
+    text: str
+    score: float
+
+    @property
+    def evidence(self) -> str:
+        """The passage as the critic sees it: title line, then text (prompts.CriticExample.evidence)."""
+        return f"{self.title}\n{self.text}"
+
+
+@dataclass
+class SegmentState:
+    text: str
+    #: three-way retrieve token for this segment ([Retrieval] / [No Retrieval] / [Continue ...])
+    decision: str | None = None
+    passages: list[Passage] = field(default_factory=list)
+    is_rel: list[str] = field(default_factory=list)
+    #: IsSup per passage; None where the passage was judged irrelevant (IsSup is not asked)
+    is_sup: list[str | None] = field(default_factory=list)
+    chosen: int | None = None
+    #: how `chosen` was picked: "best" (relevant + supported, highest score) or "random"
+    chosen_by: str | None = None
+
+
+@dataclass
+class InstanceState:
+    retrieve: bool | None = None
+    retrieve_probs: dict[str, float] = field(default_factory=dict)
+    first_evidence: Passage | None = None
+    segments: list[SegmentState] = field(default_factory=list)
+    utility: str | None = None
+    #: the sampling policy's verdict (sampling.py): dropped rows are kept in the stream, flagged, so
+    #: a shard's row count stays checkable; `copies` > 1 means the row is up-sampled
+    keep: bool = True
+    copies: int = 1
+    random_draws: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), ensure_ascii=False, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, raw: str | None) -> InstanceState:
+        if not raw:
+            return cls()
+        data: dict[str, Any] = json.loads(raw)
+        fe = data.pop("first_evidence", None)
+        segs = data.pop("segments", [])
+        return cls(
+            **data,
+            first_evidence=Passage(**fe) if fe else None,
+            segments=[
+                SegmentState(**{**s, "passages": [Passage(**p) for p in s.get("passages", [])]})
+                for s in segs
+            ],
+        )
+
+
+def seeded_uniform(seed: int, *parts: object) -> float:
+    """A uniform draw in [0, 1) that depends only on (seed, parts), never on batch split or order.
+
+    Ray Data may batch and schedule rows differently on every run; hashing the row id keeps every
+    random choice reproducible, which is what makes a resumed run give the same final output.
+    """
+    key = "|".join(str(p) for p in (seed, *parts)).encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") / 2**64
