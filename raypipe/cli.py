@@ -65,6 +65,12 @@ COMMANDS: dict[str, Command] = {
         "fine-tune the critic or the generator on Ray Train + DeepSpeed ZeRO-3",
         choices=("critic", "generator"),
     ),
+    "augment": Command(
+        "raypipe.augment.pipeline:run_augment",
+        "Self-RAG Algorithm 3 over the corpus: critic + retriever label reflection tokens -> D_gen",
+        (("--instances", "augment.instances", str, "instance shards (parquet file or folder)"),
+         ("--out", "augment.out_dir", str, "output folder")),
+    ),
 }
 
 

@@ -118,7 +118,8 @@ class AugmentedOutput:
 
     @property
     def plain_text(self) -> str:
-        return "".join(s.text for s in self.segments)
+        """What a reader sees: equal to `strip_reflection(format_output(self))`, whitespace included."""
+        return "".join(s.text + s.tail for s in self.segments) + self.trailing
 
     def tokens(self) -> list[str]:
         """Every reflection token in order; used for token-distribution statistics."""
@@ -142,23 +143,29 @@ class ReflectionFormatError(ValueError):
 # --- parse / format ------------------------------------------------------------------------------
 
 _PARAGRAPH_RE = re.compile(re.escape(PARAGRAPH_OPEN) + r".*?" + re.escape(PARAGRAPH_CLOSE), re.S)
-# A bracketed run that *looks* like a reflection token. Ordinary prose brackets such as "[1]" or
-# "[citation needed]" are left alone: only a capitalised word followed by letters, spaces, "/" or ":"
-# and ending inside the bracket, with a known token's shape, is treated as a token.
-_STRUCT_RE = re.compile(
-    r"\[(?:Retrieval|No Retrieval|Continue to Use Evidence|Relevant|Irrelevant|Fully supported|"
-    r"Partially supported|No support / Contradictory|Utility:\d+|[A-Z][A-Za-z]*(?: [A-Za-z/]+)*:?\w*)\]"
-    r"|<paragraph>|</paragraph>"
+# Every short single-line bracket is a candidate; `_looks_like_token` decides. "<" and ">" are excluded
+# so that a bracket inside a passage can never swallow its `</paragraph>`.
+_STRUCT_RE = re.compile(r"\[[^\[\]<>\n]{1,60}\]|<paragraph>|</paragraph>")
+# A bracket whose content *starts* like a reflection token, in any case or in the paper's notation
+# ("[Utility: 7]", "[Retrieve=Yes]", "[ISREL=Relevant]", "[Fully Supported]", "[relevant]"). Starting
+# (not containing) is deliberate: prose placeholders in instruction data such as "[1]",
+# "[citation needed]" or "[Name of the relevant office]" must stay text.
+_TOKEN_LIKE_RE = re.compile(
+    r"\s*(?:is\s*_?\s*(?:rel|sup|use)\b|(?:no\s+)?retriev|continue\s+to\s+use|(?:ir)?relevant|"
+    r"(?:fully|partially)\s+support|(?:no\s+)?support|contradict|utility)",
+    re.IGNORECASE,
 )
 
 
 def _looks_like_token(tok: str) -> bool:
-    """A bracket that names something token-like ("[Utility:7]", "[Retrieve]", "[Supported]")."""
     if tok in TOKEN_GROUP or tok in (PARAGRAPH_OPEN, PARAGRAPH_CLOSE):
         return True
-    inner = tok[1:-1]
-    keywords = ("Retriev", "Relevant", "support", "Support", "Utility", "Evidence", "Irrelevant")
-    return any(k in inner for k in keywords)
+    return _TOKEN_LIKE_RE.match(tok[1:-1]) is not None
+
+
+def _first_visible(text: str, start: int, end: int) -> int:
+    """Offset of the first non-whitespace character in text[start:end]: where stray text begins."""
+    return start + len(text[start:end]) - len(text[start:end].lstrip())
 
 
 def parse(text: str) -> AugmentedOutput:
@@ -186,6 +193,10 @@ def parse(text: str) -> AugmentedOutput:
             continue
         gap = text[pos : m.start()]
         if out.utility is not None:
+            if gap.strip():
+                raise ReflectionFormatError(
+                    "text after the utility token", _first_visible(text, pos, m.start()), text
+                )
             raise ReflectionFormatError(
                 "two utility tokens" if tok in UTILITY else f"{tok!r} after the utility token",
                 m.start(),
@@ -227,7 +238,9 @@ def parse(text: str) -> AugmentedOutput:
             s.is_rel = tok
         elif group is Group.IS_SUP:
             s = current()
-            if not s.text.strip() or s.is_sup is not None:
+            if s.is_sup is not None:
+                raise ReflectionFormatError(f"{tok} is a second IsSup token for one segment", m.start(), text)
+            if not s.text.strip():
                 raise ReflectionFormatError(f"{tok} without segment text", m.start(), text)
             s.is_sup = tok
         elif group is Group.IS_USE:
@@ -240,7 +253,9 @@ def parse(text: str) -> AugmentedOutput:
     if rest:
         if out.utility is not None:
             if rest.strip():
-                raise ReflectionFormatError("text after the utility token", pos, text)
+                raise ReflectionFormatError(
+                    "text after the utility token", _first_visible(text, pos, len(text)), text
+                )
             out.trailing = rest
         else:
             s = current()

@@ -56,7 +56,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenize
         extra_special_tokens=list(tokens.SPECIAL_TOKENS),
         add_bos_token=True,
         add_eos_token=False,
-        # The default clean-up rewrites " ." as "." on decode, which would break exact round trips.
+        # Clean-up rewrites " ." as "." on decode (the default before transformers 5), breaking round trips.
         clean_up_tokenization_spaces=False,
     )
 
