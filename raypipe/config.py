@@ -30,7 +30,8 @@ class WorldConfig(Section):
     out_dir: str = "runs/demo/world"
     instances: int = Field(2000, ge=1)
     seed: int = 0
-    #: fraction of entities held out of training instances; their facts live only in passages
+    #: fraction of people held out of training instances (with their works); their facts live only in
+    #: passages (wiki or web) and the eval splits ask about them
     heldout_fraction: float = Field(0.1, ge=0.0, lt=1.0)
     #: eval questions written per held-out split
     eval_instances: int = Field(200, ge=0)
@@ -119,6 +120,8 @@ class IndexConfig(Section):
     train_sample: int = Field(100_000, ge=1)
     nprobe: int = Field(16, ge=1)
     ef_search: int = Field(64, ge=1)
+    #: HNSW graph quality at build time (faiss' default is 40); higher = better recall, slower build
+    ef_construction: int = Field(40, ge=1)
     #: embedding actors in the Ray Data actor pool (each takes one GPU when the cluster has GPUs)
     embed_actors: int = Field(1, ge=1)
     #: texts per forward pass in the embedding actors (larger than query-time batches: throughput)
@@ -378,20 +381,59 @@ class EvalConfig(Section):
 
 
 class ServeConfig(Section):
+    """`raypipe serve` / `serve run configs/serve.yaml`: the Ray Serve app (raypipe/serving).
+
+    Requests flow ingress -> TreeSearch (autoscaled) -> Generator + Retriever. CPU shares are
+    fractional so that one replica of everything, plus a second TreeSearch, fits on 2 cores."""
+
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
+    #: Serve application name and its HTTP route prefix
+    app_name: str = "raypipe"
+    route_prefix: str = "/"
+    #: the generator checkpoint (an HF folder) the Generator deployment loads
     generator: str = "runs/demo/models/generator"
+    #: the model id reported by /v1/models and echoed in responses
+    model_name: str = "selfrag"
+    # --- TreeSearch autoscaling (Serve autoscaling_config) ---
     min_replicas: int = Field(1, ge=0)
     max_replicas: int = Field(2, ge=1)
     target_ongoing_requests: float = Field(2.0, gt=0)
     upscale_delay_s: float = Field(2.0, ge=0)
     downscale_delay_s: float = Field(10.0, ge=0)
+    #: decodes one TreeSearch replica runs at once (each in its own thread) ...
     max_ongoing_requests: int = Field(8, ge=1)
+    #: ... and requests the ingress queues for TreeSearch before answering 503 (-1: unbounded)
     max_queued_requests: int = Field(32, ge=-1)
+    #: requests one ingress replica holds at once; beyond this Serve's proxy answers 503
+    ingress_max_ongoing_requests: int = Field(256, ge=1)
+    #: seconds a request may take end to end before the ingress answers 504
+    request_timeout_s: float = Field(120.0, gt=0)
+    #: Retry-After header (seconds) of 503 answers
+    retry_after_s: int = Field(1, ge=0)
+    # --- fixed-size deployments ---
+    ingress_replicas: int = Field(1, ge=1)
+    generator_replicas: int = Field(1, ge=1)
+    retriever_replicas: int = Field(1, ge=1)
+    ingress_cpus: float = Field(0.1, gt=0)
+    tree_search_cpus: float = Field(0.2, gt=0)
+    generator_cpus: float = Field(0.5, gt=0)
+    retriever_cpus: float = Field(0.3, gt=0)
+    #: GPU share of a Generator replica when the cluster has GPUs (then vLLM schedules its own batches)
+    generator_gpus: float = Field(1.0, gt=0)
+    #: torch threads per Generator / Retriever replica (one core's worth on a 2-core machine)
+    torch_threads: int = Field(1, ge=1)
+    #: @serve.batch: concurrent engine (and retriever) calls merged into one call at most, and how long
+    #: the first call of a batch waits for others
+    max_batch_size: int = Field(16, ge=1)
+    batch_wait_timeout_s: float = Field(0.01, ge=0)
+    # --- request limits (422 beyond them) ---
     max_prompt_chars: int = Field(4000, ge=1)
     max_top_k: int = Field(20, ge=1)
     max_beam_width: int = Field(8, ge=1)
+    max_depth_limit: int = Field(8, ge=1)
     max_tokens_limit: int = Field(512, ge=1)
+    #: environment variable holding the bearer token; unset or empty means no authentication
     auth_token_env: str = "RAYPIPE_SERVE_TOKEN"
 
 

@@ -1,0 +1,388 @@
+"""Instance templates of the synthetic world: the training mix and the held-out eval items.
+
+The training mix mirrors Self-RAG's Table 3 (App. A.3): instruction-following data that mostly needs no
+retrieval (creative, arithmetic and string tasks stand in for Alpaca/FLAN/ShareGPT; `instruct_explain`
+for their knowledge questions) and knowledge-intensive data: short factual QA (Natural Questions),
+multi-sentence biographies (ASQA / Wizard of Wikipedia), fact verification (FEVER) and multiple choice
+(ARC-Easy / OpenBookQA, which in the paper rarely need retrieval, so half of ours do not).
+
+Every grounded output sentence restates facts from `World` and records, per sentence, which passages
+support it ("full": the passage states every fact of the sentence; "partial": some of them) and the
+fact values it asserts (`facts`), so the support labels can be checked against the passage texts.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from raypipe.data import world_facts as facts_of
+from raypipe.data import world_vocab as vocab
+from raypipe.data.world_entities import World
+from raypipe.data.world_facts import Fact, wrong_values
+from raypipe.errors import ConfigError
+
+DATASET_TASK: dict[str, str] = {
+    "instruct_creative": "instruction",
+    "instruct_arith": "instruction",
+    "instruct_string": "instruction",
+    "instruct_explain": "instruction",
+    "factual_qa": "qa",
+    "bio": "longform",
+    "fact_verification": "fact_verification",
+    "multiple_choice": "multiple_choice",
+}
+FACT_INSTRUCTION = "Is the following statement correct or not? Say true if it's correct; otherwise say false."
+MC_INSTRUCTION = "Given four answer candidates, A, B, C and D, choose the best answer choice."
+LETTERS = ("A", "B", "C", "D")
+#: how often each kind of entity is the subject of a training question
+_SUBJECT_WEIGHTS = {"person": 45, "work": 20, "org": 15, "city": 12, "country": 8}
+_NUMBER_WORDS = {2: "two", 3: "three"}
+
+
+@dataclass
+class Draft:
+    """An instance before it gets its id: what the templates below produce."""
+
+    instruction: str
+    sentences: list[dict[str, Any]]
+    utility: int
+    needs_retrieval: bool
+    input: str = ""
+    entity_id: str | None = None
+    entity: str | None = None
+    relevant_passages: list[str] = field(default_factory=list)
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def row(self, row_id: str, dataset: str) -> dict[str, str]:
+        """The INSTANCE_SCHEMA row; `meta` follows the contract in WORLD.md."""
+        meta = {
+            "entity_id": self.entity_id, "entity": self.entity, "needs_retrieval": self.needs_retrieval,
+            "sentences": self.sentences, "relevant_passages": self.relevant_passages,
+            "utility": self.utility, **self.extras,
+        }
+        return {
+            "id": row_id, "instruction": self.instruction, "input": self.input,
+            "output": " ".join(s["text"] for s in self.sentences), "task": DATASET_TASK[dataset],
+            "dataset": dataset, "meta": json.dumps(meta, ensure_ascii=False, separators=(",", ":")),
+        }
+
+
+def _plain(text: str) -> dict[str, Any]:
+    """A sentence that needs no evidence (no factual claim about the world)."""
+    return {"text": text, "needs_retrieval": False, "support": {}, "facts": []}
+
+
+def _grounded(text: str, facts: list[str], support: dict[str, str]) -> dict[str, Any]:
+    return {"text": text, "needs_retrieval": True, "support": support, "facts": facts}
+
+
+def _full(passages: tuple[str, ...] | list[str]) -> dict[str, str]:
+    return dict.fromkeys(passages, "full")
+
+
+def _stated(fact: Fact) -> dict[str, Any]:
+    return _grounded(fact.statement(), [fact.value], _full(fact.passages))
+
+
+def _unique(items: list[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+@dataclass(frozen=True)
+class Subject:
+    """An entity a training instance is about, with the facts a training instance may state."""
+
+    entity_id: str
+    name: str
+    mention: str  # how a sentence refers to it ("the Harlow Institute")
+    facts: list[Fact]
+
+
+def training_subject(world: World, rng: random.Random) -> Subject:
+    """A random entity that is not held out; facts naming a held-out person are left out."""
+    kind = rng.choices(tuple(_SUBJECT_WEIGHTS), weights=tuple(_SUBJECT_WEIGHTS.values()))[0]
+    if kind == "person":
+        p = world.sample_person(rng, heldout=False)
+        subject = Subject(p.entity_id, p.name, p.name, facts_of.person_facts(p))
+    elif kind == "work":
+        w = world.sample_person(rng, heldout=False, with_work=True).work
+        assert w is not None  # with_work=True draws from people who have one
+        subject = Subject(w.entity_id, w.title, w.title, facts_of.work_facts(world, w))
+    elif kind == "org":
+        o = world.org(rng.randrange(world.size.orgs))
+        subject = Subject(o.entity_id, o.name, f"the {o.name}", facts_of.org_facts(o))
+    elif kind == "city":
+        c = world.city(rng.randrange(world.size.cities))
+        subject = Subject(c.entity_id, c.name, c.name, facts_of.city_facts(c))
+    else:
+        k = world.country(rng.randrange(world.size.countries))
+        subject = Subject(k.entity_id, k.name, k.name, facts_of.country_facts(k))
+    return Subject(subject.entity_id, subject.name, subject.mention,
+                   [f for f in subject.facts if not f.mentions_heldout])
+
+
+def _about(subject: Subject, sentences: list[dict[str, Any]], relevant: list[str], **kw: Any) -> Draft:
+    return Draft(sentences=sentences, entity_id=subject.entity_id, entity=subject.name,
+                 relevant_passages=_unique(relevant), needs_retrieval=True, **kw)
+
+
+# --- instruction following that needs no retrieval ---------------------------------------------------
+
+
+def instruct_creative(world: World, rng: random.Random, imperfect: bool) -> Draft:
+    noun, color, mood = rng.choice(vocab.NOUNS), rng.choice(vocab.COLORS), rng.choice(vocab.MOODS)
+    place, theme = rng.choice(vocab.PLACES), rng.choice(vocab.THEMES)
+    n = rng.choice((2, 3))
+    instruction = rng.choice((
+        f"Write a {_NUMBER_WORDS[n]}-sentence story about a {noun}.",
+        f"Describe a {mood} evening at {place} in {_NUMBER_WORDS[n]} sentences.",
+        f"Write {_NUMBER_WORDS[n]} sentences about {theme}, mentioning a {noun}.",
+    ))
+    pool = [
+        f"The {noun} waited near {place} until the sky turned {color}.",
+        f"Nobody expected a {mood} {noun} to teach anyone about {theme}.",
+        f"By nightfall the whole street smelled of rain and {color} paint.",
+        f"A child laughed, and the {noun} seemed to laugh along!",
+        f"Some evenings are {mood}, and this one felt like a promise.",
+        f"In the end, {theme} was the only thing worth carrying home.",
+        f"Somewhere near {place} a {color} light kept blinking.",
+    ]
+    chosen = rng.sample(pool, 1 if imperfect else n)
+    # a story shorter than asked for is on topic but incomplete
+    utility = 2 if imperfect else rng.choice((4, 5, 5))
+    return Draft(instruction, [_plain(s) for s in chosen], utility, needs_retrieval=False)
+
+
+def instruct_arith(world: World, rng: random.Random, imperfect: bool) -> Draft:
+    a, b = rng.randint(2, 99), rng.randint(2, 99)
+    op = rng.choice(("plus", "minus", "times"))
+    if op == "minus" and b > a:
+        a, b = b, a
+    result = {"plus": a + b, "minus": a - b, "times": a * b}[op]
+    if rng.random() < 0.5:
+        instruction, inp = f"What is {a} {op} {b}?", ""
+    else:
+        instruction, inp = "Compute the following expression.", f"{a} {op} {b}"
+    if imperfect:
+        return Draft(instruction, [_plain(f"The result of {a} {op} {b} is a whole number.")], 1,
+                     needs_retrieval=False, input=inp)
+    return Draft(instruction, [_plain(f"{a} {op} {b} is {result}.")], 5, needs_retrieval=False, input=inp)
+
+
+def instruct_string(world: World, rng: random.Random, imperfect: bool) -> Draft:
+    word = rng.choice(vocab.STRING_WORDS)
+    kind = rng.randrange(4)
+    if kind == 0:
+        instruction = f"Reverse the letters of the word {word}."
+        answer = f"Reversed, {word} becomes {word[::-1]}."
+    elif kind == 1:
+        instruction = f"Write the word {word} in capital letters."
+        answer = f"In capital letters it is {word.upper()}."
+    elif kind == 2:
+        instruction = f"How many letters does the word {word} have?"
+        answer = f"The word {word} has {len(word)} letters."
+    else:
+        words = rng.sample(vocab.STRING_WORDS, 3)
+        first, second, third = sorted(words)
+        instruction = f"Sort these words alphabetically: {', '.join(words)}."
+        answer = f"In alphabetical order the words are {first}, {second} and {third}."
+    if imperfect:
+        return Draft(instruction, [_plain("That is a simple word puzzle.")], 1, needs_retrieval=False)
+    return Draft(instruction, [_plain(answer)], 5, needs_retrieval=False)
+
+
+# --- knowledge-intensive tasks --------------------------------------------------------------------------
+
+
+def instruct_explain(world: World, rng: random.Random, imperfect: bool) -> Draft:
+    s = training_subject(world, rng)
+    instruction = rng.choice((f"Tell me about {s.mention}.", f"What should I know about {s.mention}?",
+                              f"Give me a short introduction to {s.mention}."))
+    relevant = [p for f in s.facts for p in f.passages]
+    if imperfect:
+        # on topic but says nothing: relevant evidence exists, the answer is not useful
+        return _about(s, [_plain(f"That is an interesting question about {s.mention}.")], relevant,
+                      instruction=instruction, utility=1)
+    facts = rng.sample(s.facts, min(len(s.facts), rng.choice((2, 3))))
+    return _about(s, [_stated(f) for f in facts], relevant, instruction=instruction,
+                  utility=5 if len(facts) >= 3 else 4)
+
+
+def factual_qa(world: World, rng: random.Random, imperfect: bool) -> Draft:
+    s = training_subject(world, rng)
+    fact = rng.choice(s.facts)
+    question = rng.choice(fact.questions)
+    stated = fact
+    if imperfect:
+        # a true, supported statement about the subject that does not answer the question
+        stated = rng.choice([f for f in s.facts if f is not fact])
+    return _about(s, [_stated(stated)], list(fact.passages), instruction=question,
+                  utility=2 if imperfect else 5, extras={"answer": fact.value})
+
+
+def bio(world: World, rng: random.Random, imperfect: bool) -> Draft:
+    """A multi-sentence biography (ASQA / WoW-like long form): sentences supported by one or two
+    passages, sentences only partially supported by each of two passages, and generic sentences."""
+    p = world.sample_person(rng, heldout=False)
+    n, early, career, web = p.name, p.early_passage, p.career_passage, p.web_passage
+    instruction = rng.choice((f"Write a short biography of {n}.", f"Tell me the life story of {n}.",
+                              f"Summarize the life of {n} in a few sentences."))
+    nat, occ, org = p.nationality, p.occupation, p.employer.name
+    grounded = [_grounded(f"{n} was born in {p.birth_year} in {p.birthplace.name}.",
+                          [str(p.birth_year), p.birthplace.name], {early: "full", web: "partial"})]
+    if rng.random() < 0.35:
+        grounded.append(_grounded(f"{n} was {vocab.article(nat)} {nat} {occ} who worked at the {org}.",
+                                  [nat, occ, org], {early: "partial", career: "partial", web: "partial"}))
+    else:
+        grounded.append(_grounded(f"{n} was {vocab.article(nat)} {nat} {occ}.", [nat, occ],
+                                  {early: "full", web: "partial"}))
+        grounded.append(_grounded(f"{n} worked at the {org}.", [org], {career: "full"}))
+    if rng.random() < 0.5:
+        grounded.append(_grounded(f"{n} lived in {p.residence.name} for many years.", [p.residence.name],
+                                  {career: "full"}))
+    relevant = [early, career, web]
+    if p.work is not None:
+        w = p.work
+        grounded.append(_grounded(f"{n} is best known for the {w.kind} {w.title}, {w.appeared} in {w.year}.",
+                                  [w.kind, w.title, str(w.year)], {career: "full", w.passage_id: "full"}))
+        relevant.append(w.passage_id)
+    if imperfect:
+        grounded = grounded[:1]
+    sentences = grounded
+    if rng.random() < 0.4:
+        opener = rng.choice(("Here is a short biography.", "Here is a brief overview."))
+        sentences = [_plain(opener)] + sentences
+    if rng.random() < 0.3:
+        sentences = sentences + [_plain("Further details can be found in the sources about this life.")]
+    utility = 3 if imperfect else (5 if len(grounded) >= 4 else 4)
+    return Draft(instruction, sentences, utility, needs_retrieval=True, entity_id=p.entity_id, entity=n,
+                 relevant_passages=relevant)
+
+
+def _claim(world: World, fact: Fact, rng: random.Random) -> tuple[str, str]:
+    """A (claim, "true"|"false") pair: the fact itself or the fact with a wrong value."""
+    if rng.random() < 0.5:
+        return fact.statement(), "true"
+    return fact.statement(wrong_values(world, fact, rng, 1)[0]), "false"
+
+
+def _options(world: World, fact: Fact, rng: random.Random) -> tuple[dict[str, str], str]:
+    """Four answer options, the true value among them, and its letter."""
+    values = [fact.value] + wrong_values(world, fact, rng, 3)
+    rng.shuffle(values)
+    return dict(zip(LETTERS, values, strict=True)), LETTERS[values.index(fact.value)]
+
+
+def fact_verification(world: World, rng: random.Random, imperfect: bool) -> Draft:
+    s = training_subject(world, rng)
+    fact = rng.choice(s.facts)
+    claim, label = _claim(world, fact, rng)
+    # the passage stating the true value supports the verdict whether the claim is true or not
+    return _about(s, [_grounded(label, [fact.value], _full(fact.passages))], list(fact.passages),
+                  instruction=FACT_INSTRUCTION, input=claim, utility=5, extras={"label": label})
+
+
+def _mc_input(question: str, choices: dict[str, str]) -> str:
+    return question + "\n" + "\n".join(f"{k}: {v}" for k, v in choices.items())
+
+
+@functools.cache
+def _nouns_by_length() -> dict[int, list[str]]:
+    by_length: dict[int, list[str]] = {}
+    for w in vocab.NOUNS:
+        by_length.setdefault(len(w), []).append(w)
+    return by_length
+
+
+def _general_mc(rng: random.Random) -> tuple[str, dict[str, str], str]:
+    """A multiple-choice question answerable without any world knowledge."""
+    if rng.random() < 0.5:
+        numbers = rng.sample(range(10, 1000), 4)
+        key = LETTERS[numbers.index(max(numbers))]
+        choices = dict(zip(LETTERS, map(str, numbers), strict=True))
+        return "Which of these numbers is the largest?", choices, key
+    by_length = _nouns_by_length()
+    words = [rng.choice(by_length[n]) for n in rng.sample(sorted(by_length), 4)]
+    key = LETTERS[words.index(max(words, key=len))]
+    return "Which of these words has the most letters?", dict(zip(LETTERS, words, strict=True)), key
+
+
+def multiple_choice(world: World, rng: random.Random, imperfect: bool) -> Draft:
+    if rng.random() < 0.5:
+        question, choices, key = _general_mc(rng)
+        return Draft(MC_INSTRUCTION, [_plain(key)], 5, needs_retrieval=False,
+                     input=_mc_input(question, choices), extras={"choices": choices, "answerKey": key})
+    s = training_subject(world, rng)
+    fact = rng.choice(s.facts)
+    choices, key = _options(world, fact, rng)
+    return _about(s, [_grounded(key, [fact.value], _full(fact.passages))], list(fact.passages),
+                  instruction=MC_INSTRUCTION, input=_mc_input(rng.choice(fact.questions), choices), utility=5,
+                  extras={"choices": choices, "answerKey": key})
+
+
+#: dataset -> builder(world, rng, imperfect); `imperfect` asks for a deliberately worse output (lower
+#: utility) where the task has one; label-style tasks (true/false, a letter) ignore it
+BUILDERS: dict[str, Callable[[World, random.Random, bool], Draft]] = {
+    "instruct_creative": instruct_creative,
+    "instruct_arith": instruct_arith,
+    "instruct_string": instruct_string,
+    "instruct_explain": instruct_explain,
+    "factual_qa": factual_qa,
+    "bio": bio,
+    "fact_verification": fact_verification,
+    "multiple_choice": multiple_choice,
+}
+
+
+def check_mix(mix: dict[str, float]) -> None:
+    unknown = sorted(set(mix) - set(BUILDERS))
+    if unknown:
+        raise ConfigError(f"world.mix: unknown dataset(s) {unknown}; known: {sorted(BUILDERS)}")
+    if any(w < 0 for w in mix.values()) or not sum(mix.values()) > 0:
+        raise ConfigError("world.mix: weights must be >= 0 and sum to more than 0")
+
+
+# --- held-out evaluation ----------------------------------------------------------------------------------
+
+
+def _heldout_facts(world: World, i: int) -> tuple[str, list[Fact]]:
+    p = world.person(i)
+    facts = facts_of.person_facts(p)
+    if p.work is not None:
+        facts += facts_of.work_facts(world, p.work)
+    return p.name, facts
+
+
+def heldout_qa(world: World, rng: random.Random, i: int, item_id: str) -> dict[str, Any]:
+    entity, facts = _heldout_facts(world, i)
+    fact = rng.choice(facts)
+    return {"id": item_id, "question": rng.choice(fact.questions), "answers": [fact.value], "entity": entity,
+            "passage_ids": list(fact.passages), "relation": fact.relation}
+
+
+def heldout_fact(world: World, rng: random.Random, i: int, item_id: str) -> dict[str, Any]:
+    entity, facts = _heldout_facts(world, i)
+    fact = rng.choice(facts)
+    claim, label = _claim(world, fact, rng)
+    return {"id": item_id, "claim": claim, "label": label, "entity": entity,
+            "passage_ids": list(fact.passages), "relation": fact.relation}
+
+
+def heldout_mc(world: World, rng: random.Random, i: int, item_id: str) -> dict[str, Any]:
+    entity, facts = _heldout_facts(world, i)
+    fact = rng.choice(facts)
+    choices, key = _options(world, fact, rng)
+    return {"id": item_id, "question": rng.choice(fact.questions), "choices": choices, "answerKey": key,
+            "entity": entity, "passage_ids": list(fact.passages), "relation": fact.relation}
+
+
+EVAL_BUILDERS: dict[str, Callable[[World, random.Random, int, str], dict[str, Any]]] = {
+    "heldout_qa": heldout_qa,
+    "heldout_fact": heldout_fact,
+    "heldout_mc": heldout_mc,
+}

@@ -1,0 +1,260 @@
+"""The synthetic knowledge world: determinism, ground-truth consistency, held-out hygiene, reruns."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from raypipe.config import WorldConfig
+from raypipe.data import world_vocab as vocab
+from raypipe.data.schemas import INSTANCE_SCHEMA, PASSAGE_SCHEMA
+from raypipe.data.world import synthesize
+from raypipe.errors import ConfigError
+
+SMALL = dict(instances=600, seed=11, heldout_fraction=0.2, web_only_fraction=0.5, eval_instances=60,
+             shard_size=250)
+
+
+def _cfg(out: Path, **kw) -> WorldConfig:
+    return WorldConfig(out_dir=str(out), **{**SMALL, **kw})
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("world")
+    synthesize(_cfg(out))
+    return out
+
+
+@pytest.fixture(scope="module")
+def instances(world) -> list[dict]:
+    rows = pq.read_table(world / "instances").to_pylist()
+    for row in rows:
+        row["meta"] = json.loads(row["meta"])
+    return rows
+
+
+@pytest.fixture(scope="module")
+def passages(world) -> dict[str, dict]:
+    tables = (pq.read_table(world / "passages"), pq.read_table(world / "web" / "passages"))
+    return {r["id"]: r for table in tables for r in table.to_pylist()}
+
+
+def _eval(world: Path, split: str) -> list[dict]:
+    return [json.loads(line) for line in (world / "eval" / f"{split}.jsonl").read_text().splitlines()]
+
+
+def _file_digests(out: Path) -> dict[str, str]:
+    digests = {}
+    for path in sorted(p for p in out.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        if path.name == "world.json":  # its timing entry is the one thing allowed to differ
+            stats = json.loads(data)
+            stats.pop("timing")
+            data = json.dumps(stats).encode()
+        digests[str(path.relative_to(out))] = hashlib.sha256(data).hexdigest()
+    return digests
+
+
+# --- determinism ----------------------------------------------------------------------------------
+
+
+def test_same_seed_same_bytes_other_seed_other_content(tmp_path):
+    cfg = dict(instances=300, eval_instances=20, shard_size=120)
+    synthesize(_cfg(tmp_path / "a", **cfg))
+    synthesize(_cfg(tmp_path / "b", **cfg))
+    synthesize(_cfg(tmp_path / "c", **cfg, seed=12))
+    a, b, c = (_file_digests(tmp_path / x) for x in "abc")
+    assert a == b
+    assert {"instances/part-00002.parquet", "passages/part-00000.parquet", "web/passages/part-00000.parquet",
+            "eval/heldout_qa.jsonl", "_SUCCESS"} <= a.keys()
+    data_files = [k for k in a if k.endswith((".parquet", ".jsonl"))]
+    assert all(a[k] != c[k] for k in data_files)
+
+
+# --- layout and schema --------------------------------------------------------------------------
+
+
+def test_layout_schemas_ids_and_stats(world, instances, passages):
+    for folder, schema in (("instances", INSTANCE_SCHEMA), ("passages", PASSAGE_SCHEMA),
+                           ("web/passages", PASSAGE_SCHEMA)):
+        for path in (world / folder).glob("part-*.parquet"):
+            assert pq.read_schema(path).remove_metadata().equals(schema), path
+    assert sorted(p.name for p in (world / "instances").glob("*.parquet")) == [
+        "part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
+    assert len(instances) == SMALL["instances"]
+    assert len({r["id"] for r in instances}) == len(instances)
+    assert all(re.fullmatch(r"[pw]\d{7}", pid) for pid in passages)
+    stats = json.loads((world / "world.json").read_text())
+    assert stats["n_passages"] + stats["n_web_passages"] == len(passages)
+    assert sum(stats["counts"]["dataset"].values()) == len(instances)
+    assert stats["counts"]["dataset"] == dict(Counter(r["dataset"] for r in instances))
+
+
+def test_mix_follows_self_rag_table_3(instances):
+    datasets = Counter(r["dataset"] for r in instances)
+    tasks = {r["dataset"]: r["task"] for r in instances}
+    assert set(datasets) == set(WorldConfig().mix)
+    assert (tasks["factual_qa"], tasks["bio"], tasks["instruct_arith"]) == ("qa", "longform", "instruction")
+    instruction_share = sum(n for d, n in datasets.items() if tasks[d] == "instruction") / len(instances)
+    assert 0.55 < instruction_share < 0.71  # Table 3: 63% instruction-following
+    # instruction following mostly needs no retrieval, knowledge-intensive QA always does
+    for r in instances:
+        if r["dataset"] in ("instruct_creative", "instruct_arith", "instruct_string"):
+            assert r["meta"]["needs_retrieval"] is False
+        if r["dataset"] in ("factual_qa", "bio", "fact_verification", "instruct_explain"):
+            assert r["meta"]["needs_retrieval"] is True
+    assert {r["meta"]["utility"] for r in instances} == {1, 2, 3, 4, 5}
+
+
+# --- ground truth -----------------------------------------------------------------------------------
+
+
+def test_output_is_its_sentences_and_spacy_splits_it_exactly(instances):
+    spacy = pytest.importorskip("spacy")
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    for r, doc in zip(instances, nlp.pipe(r["output"] for r in instances), strict=True):
+        sentences = [s["text"] for s in r["meta"]["sentences"]]
+        assert r["output"] == " ".join(sentences)
+        assert [s.text for s in doc.sents] == sentences, r["id"]
+
+
+def test_every_supported_sentence_is_stated_by_its_passages(instances, passages):
+    n_full = n_partial = 0
+    for r in instances:
+        meta = r["meta"]
+        for s in meta["sentences"]:
+            if not s["needs_retrieval"]:
+                assert s["support"] == {} and s["facts"] == []
+                continue
+            assert s["support"], r["id"]
+            for pid, label in s["support"].items():
+                text = passages[pid]["text"]
+                assert meta["entity"] in text, (r["id"], pid)
+                found = [f in text for f in s["facts"]]
+                if label == "full":
+                    n_full += 1
+                    assert all(found), (r["id"], pid, s)
+                else:
+                    assert label == "partial"
+                    n_partial += 1
+                    assert any(found) and not all(found), (r["id"], pid, s)
+    assert n_full > 100 and n_partial > 10
+
+
+def test_task_answers_match_ground_truth(instances, passages):
+    for r in instances:
+        meta = r["meta"]
+        if r["dataset"] == "factual_qa" and meta["utility"] == 5:
+            assert meta["answer"] in r["output"]
+            assert all(meta["answer"] in passages[p]["text"] for p in meta["relevant_passages"])
+        elif r["dataset"] == "fact_verification":
+            assert r["output"] == meta["label"] in ("true", "false")
+            truth = meta["sentences"][0]["facts"][0]
+            assert (truth in r["input"]) == (meta["label"] == "true"), r["id"]
+        elif r["dataset"] == "multiple_choice":
+            assert r["output"] == meta["answerKey"] and sorted(meta["choices"]) == ["A", "B", "C", "D"]
+            if meta["needs_retrieval"]:
+                assert meta["choices"][meta["answerKey"]] == meta["sentences"][0]["facts"][0]
+
+
+def test_distractor_passages_have_near_duplicate_names(passages):
+    titles = {p["title"] for p in passages.values() if p["id"].startswith("p")}
+    near = [t for t in titles if t.endswith("e") and t[:-1] in titles]
+    assert len(near) >= 10
+    by_title = {p["title"]: p["text"] for p in passages.values() if p["id"].startswith("p")}
+    for t in near:
+        assert t not in by_title[t[:-1]] and t[:-1] not in by_title[t].replace(t, "")
+
+
+# --- held-out entities ------------------------------------------------------------------------------
+
+
+def test_heldout_entities_never_in_training_and_answerable_from_passages(world, instances, passages):
+    stats = json.loads((world / "world.json").read_text())
+    items = {split: _eval(world, split) for split in ("heldout_qa", "heldout_fact", "heldout_mc")}
+    assert all(len(v) == SMALL["eval_instances"] for v in items.values())
+    heldout = {item["entity"] for v in items.values() for item in v}
+    # eval_instances >= n_heldout and the splits go round-robin, so every held-out person is asked about
+    assert len(heldout) == stats["n_heldout"] > 0
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, sorted(heldout))) + r")\b")
+    for r in instances:
+        assert not pattern.search("\n".join((r["instruction"], r["input"], r["output"]))), r["id"]
+        assert r["meta"]["entity"] not in heldout
+    for item in items["heldout_qa"]:
+        texts = [passages[p]["text"] for p in item["passage_ids"]]
+        assert texts and all(item["answers"][0] in t for t in texts), item
+    for item in items["heldout_mc"]:
+        answer = item["choices"][item["answerKey"]]
+        assert all(answer in passages[p]["text"] for p in item["passage_ids"]), item
+    assert {item["label"] for item in items["heldout_fact"]} == {"true", "false"}
+    for item in items["heldout_fact"]:
+        assert any(item["entity"] in passages[p]["text"] for p in item["passage_ids"]), item
+
+
+def test_some_heldout_facts_live_only_in_the_web_corpus(world, passages):
+    # (the answer to "who created X" is the entity itself, which its early-life passage names anyway)
+    web_only = [i for i in _eval(world, "heldout_qa")
+                if all(p.startswith("w") for p in i["passage_ids"]) and i["answers"][0] != i["entity"]]
+    assert web_only
+    wiki = [p["text"] for p in passages.values() if p["id"].startswith("p")]
+    for item in web_only:
+        assert not any(item["entity"] in t and item["answers"][0] in t for t in wiki), item
+
+
+# --- reruns and bad config ------------------------------------------------------------------------------
+
+
+def test_rerun_skips_finished_shards_and_rebuilds_missing_ones(tmp_path):
+    cfg = _cfg(tmp_path, instances=200, shard_size=80, eval_instances=10)
+    synthesize(cfg)
+    before = _file_digests(tmp_path)
+    kept = tmp_path / "instances" / "part-00000.parquet"
+    kept_mtime = kept.stat().st_mtime_ns
+    (tmp_path / "instances" / "part-00001.parquet").unlink()
+    (tmp_path / "_SUCCESS").unlink()
+    synthesize(cfg)
+    assert _file_digests(tmp_path) == before
+    assert kept.stat().st_mtime_ns == kept_mtime
+    with pytest.raises(ConfigError, match="world.seed"):
+        synthesize(_cfg(tmp_path, instances=200, shard_size=80, eval_instances=10, seed=99))
+
+
+def test_bad_config_is_a_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="world.mix"):
+        synthesize(_cfg(tmp_path / "a", mix={"bio": 1.0, "trivia": 1.0}))
+    with pytest.raises(ConfigError, match="entities_per_instance"):
+        synthesize(_cfg(tmp_path / "b", instances=1000, entities_per_instance=1000.0))
+    assert not (tmp_path / "b").exists()
+    with pytest.raises(ConfigError, match="world.heldout_fraction"):
+        synthesize(_cfg(tmp_path / "c", instances=50, heldout_fraction=0.999))
+
+
+# --- vocabulary ------------------------------------------------------------------------------------
+
+
+def test_distractor_surnames_never_collide_with_real_ones():
+    surnames = set(vocab.surnames())
+    assert len(surnames) > 2000 and len(vocab.FIRST_NAMES) * len(surnames) > 100_000
+    assert not any(vocab.distractor_surname(s) in surnames for s in surnames)
+    assert not surnames & set(vocab.city_names())
+
+
+def test_sentence_final_words_are_not_spacy_abbreviations():
+    spacy = pytest.importorskip("spacy")
+    rules = spacy.blank("en").tokenizer.rules
+    words = (
+        set(vocab.surnames()) | set(vocab.city_names()) | {s + "ia" for s in vocab.country_stems()}
+        | set(vocab.ORG_KINDS) | set(vocab.TITLE_NOUNS) | {t.split()[-1] for t in vocab.TITLE_TAILS if t}
+        | {w.split()[-1] for w in [*vocab.OCCUPATIONS, *vocab.WORK_VERBS, *vocab.ORG_KINDS.values()]}
+        | set(vocab.NOUNS) | set(vocab.COLORS) | set(vocab.STRING_WORDS)
+        | {w[::-1] for w in vocab.STRING_WORDS} | {w.upper() for w in vocab.STRING_WORDS}
+    )
+    assert not sorted(w for w in words if w + "." in rules)
