@@ -401,6 +401,8 @@ class ServeConfig(Section):
     target_ongoing_requests: float = Field(2.0, gt=0)
     upscale_delay_s: float = Field(2.0, ge=0)
     downscale_delay_s: float = Field(10.0, ge=0)
+    #: seconds of load history the autoscaler averages over
+    look_back_period_s: float = Field(30.0, gt=0)
     #: decodes one TreeSearch replica runs at once (each in its own thread) ...
     max_ongoing_requests: int = Field(8, ge=1)
     #: ... and requests the ingress queues for TreeSearch before answering 503 (-1: unbounded)

@@ -1,0 +1,181 @@
+"""Eval sets: jsonl rows of three shapes, validated into decoding requests with their gold answers.
+
+- short-form QA (PopQA/TriviaQA-like): {"id", "question", "answers": [str, ...]}
+- fact verification (PubHealth-like): {"id", "claim", "label": "true" | "false"}
+- multiple choice (ARC-like): {"id", "question", "choices": {"A": str, ...}, "answerKey": "A"}
+The shape is recognised per row, so one file may mix them. Prompts follow the paper's Table 5 and the
+synthetic world's training instances (QA: the question is the instruction; closed-set tasks: a task
+instruction with the claim or the question and its lettered choices as input). Bad rows go to
+`<rejects_dir>/<set>.rejects.jsonl` with a reason; their counts are reported.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from raypipe.data.io import ReadReport, write_jsonl
+from raypipe.data.world_tasks import FACT_INSTRUCTION, MC_INSTRUCTION
+from raypipe.errors import DataError
+from raypipe.inference.closed_set import Option, choice_options, verdict_options
+from raypipe.inference.selfrag import DecodeRequest
+
+logger = logging.getLogger(__name__)
+
+Task = Literal["qa", "fact", "mc"]
+VERDICTS = ("true", "false")
+
+
+@dataclass(frozen=True)
+class EvalItem:
+    """One eval question. `golds`: the accepted answers (qa), the label (fact) or the answer key (mc)."""
+
+    id: str
+    set: str
+    task: Task
+    instruction: str
+    input: str
+    golds: tuple[str, ...]
+    choices: dict[str, str] = field(default_factory=dict)
+
+    def options(self) -> tuple[Option, ...]:
+        if self.task == "fact":
+            return verdict_options(VERDICTS)
+        if self.task == "mc":
+            return choice_options(self.choices)
+        return ()
+
+    def request(self) -> DecodeRequest:
+        return DecodeRequest(self.instruction, self.input, self.options())
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> EvalItem:
+        data = json.loads(text)
+        return cls(**{**data, "golds": tuple(data["golds"])})
+
+
+class _Reject(Exception):
+    def __init__(self, reason: str, field_name: str | None, detail: str):
+        super().__init__(detail)
+        self.reason, self.field = reason, field_name
+
+
+def _text(row: dict[str, Any], name: str) -> str:
+    if name not in row or row[name] is None:
+        raise _Reject("missing_field", name, f"required field {name!r} is missing")
+    value = row[name]
+    if not isinstance(value, str):
+        raise _Reject("wrong_type", name, f"{name!r} must be a string, got {type(value).__name__}")
+    if not value.strip():
+        raise _Reject("empty_field", name, f"{name!r} is empty")
+    return value
+
+
+def mc_input(question: str, choices: dict[str, str]) -> str:
+    """The question and its lettered choices, one per line, as the world's training instances have."""
+    return question + "\n" + "\n".join(f"{key}: {text}" for key, text in choices.items())
+
+
+def parse_item(row: Any, set_name: str) -> EvalItem:
+    """An `EvalItem` from one row; raises `_Reject` naming the reason and field."""
+    if not isinstance(row, dict):
+        raise _Reject("malformed_json", None, f"expected a JSON object, got {type(row).__name__}")
+    item_id = _text(row, "id")
+    if "claim" in row:
+        label = _text(row, "label").strip().lower()
+        if label not in VERDICTS:
+            raise _Reject("bad_label", "label", f"label must be one of {VERDICTS}, got {row['label']!r}")
+        return EvalItem(item_id, set_name, "fact", FACT_INSTRUCTION, _text(row, "claim"), (label,))
+    if "choices" in row:
+        choices = row["choices"]
+        if not isinstance(choices, dict) or not choices:
+            raise _Reject("wrong_type", "choices", "choices must be a non-empty object of letter -> text")
+        for key in choices:
+            _text(choices, key)
+        key = _text(row, "answerKey")
+        if key not in choices:
+            raise _Reject("bad_label", "answerKey", f"answerKey {key!r} is not one of {list(choices)}")
+        question = _text(row, "question")
+        return EvalItem(item_id, set_name, "mc", MC_INSTRUCTION, mc_input(question, choices), (key,), dict(choices))
+    if "answers" in row:
+        answers = row["answers"]
+        if not isinstance(answers, list) or not answers or not all(isinstance(a, str) and a.strip() for a in answers):
+            raise _Reject("wrong_type", "answers", "answers must be a non-empty list of non-empty strings")
+        return EvalItem(item_id, set_name, "qa", _text(row, "question"), "", tuple(answers))
+    raise _Reject("unknown_shape", None, "expected question + answers, claim + label, or question + choices + answerKey")
+
+
+def _lines(path: Path) -> list[tuple[int, str | None, str]]:
+    """(line number, text or None when not UTF-8, raw) of each non-blank line."""
+    out = []
+    with path.open("rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                out.append((number, None, raw.decode("utf-8", errors="backslashreplace").rstrip("\r\n")))
+                continue
+            if text.strip():
+                out.append((number, text, text.rstrip("\r\n")))
+    return out
+
+
+def read_eval_set(path: str | Path, rejects_dir: str | Path, limit: int | None = None) -> tuple[list[EvalItem], ReadReport]:
+    """The valid rows of one jsonl file (the first `limit` of them) and what was rejected, by reason."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError("eval set not found", file=str(path))
+    report = ReadReport(path=str(path), kind="eval")
+    items: list[EvalItem] = []
+    rejects: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for number, text, raw in _lines(path):
+        if limit is not None and len(items) >= limit:
+            break
+        row: Any = None
+        try:
+            if text is None:
+                raise _Reject("invalid_utf8", None, "line is not valid UTF-8")
+            try:
+                row = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise _Reject("malformed_json", None, f"not valid JSON: {exc}") from None
+            item = parse_item(row, path.stem)
+            if item.id in seen:
+                raise _Reject("duplicate_id", "id", f"id {item.id!r} already seen")
+        except _Reject as bad:
+            report.count(bad.reason)
+            row_id = row.get("id") if isinstance(row, dict) else None
+            rejects.append({"source": str(path), "line": number, "id": row_id, "reason": bad.reason,
+                            "field": bad.field, "detail": str(bad), "raw": raw})
+            continue
+        seen.add(item.id)
+        items.append(item)
+    report.n_ok = len(items)
+    target = Path(rejects_dir) / f"{path.stem}.rejects.jsonl"
+    if rejects:
+        report.rejects_path = str(write_jsonl(rejects, target))
+        logger.warning("%s: rejected %d rows %s (%s)", path, report.n_rejected, report.rejects, target)
+    else:
+        target.unlink(missing_ok=True)
+    return items, report
+
+
+def read_eval_sets(paths: list[str], rejects_dir: str | Path,
+                   limit: int | None = None) -> tuple[list[EvalItem], dict[str, ReadReport]]:
+    """All sets, keyed by set name (the file stem, which must be unique: outputs are named by it)."""
+    items: list[EvalItem] = []
+    reports: dict[str, ReadReport] = {}
+    for path in paths:
+        name = Path(path).stem
+        if name in reports:
+            raise DataError(f"two eval sets are named {name!r}; rename one", file=str(path))
+        found, reports[name] = read_eval_set(path, rejects_dir, limit)
+        items.extend(found)
+    return items, reports

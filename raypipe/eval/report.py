@@ -1,0 +1,60 @@
+"""A finished eval, shown in the terminal: accuracy by set and retrieval mode, and a few answers with
+the passages they cite (what `make demo` prints after `raypipe eval`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from raypipe.eval.runner import MODES
+
+#: characters of an answer shown; untrained demo models can ramble for the whole length cap
+ANSWER_CHARS = 160
+
+
+def accuracy_table(metrics: dict[str, Any]) -> Table:
+    """Rows: eval sets and all sets pooled; columns: accuracy (retrieval frequency) per mode."""
+    modes = [m for m in MODES if m in metrics["overall"]]
+    table = Table(title="Self-RAG eval: accuracy % (retrieval frequency %)")
+    table.add_column("eval set")
+    for mode in modes:
+        table.add_column(mode, justify="right")
+    rows = [*sorted(metrics["per_set"].items()), ("all", metrics["overall"])]
+    for name, by_variant in rows:
+        table.add_row(name, *(f"{100 * by_variant[m]['accuracy']:.1f} ({100 * by_variant[m]['retrieval_frequency']:.0f})"
+                              for m in modes))
+    return table
+
+
+def sample_answers(out_dir: str | Path, variant: str = "adaptive", n: int = 3) -> list[dict[str, Any]]:
+    """The first `n` predictions of each eval set under `variant`."""
+    per_set: dict[str, list[dict[str, Any]]] = {}
+    with (Path(out_dir) / "predictions" / f"{variant}.jsonl").open(encoding="utf-8") as fh:
+        for line in fh:
+            row = json.loads(line)
+            chosen = per_set.setdefault(row["set"], [])
+            if len(chosen) < n:
+                chosen.append(row)
+    return [row for rows in per_set.values() for row in rows]
+
+
+def print_report(out_dir: str | Path, variant: str = "adaptive", n: int = 3, console: Console | None = None) -> None:
+    console = console or Console()
+    metrics = json.loads((Path(out_dir) / "metrics.json").read_text())
+    console.print(accuracy_table(metrics))
+    if variant not in metrics["overall"]:
+        return
+    answers = Table(title=f"Held-out questions ({variant} retrieval)", show_lines=True)
+    for column in ("question", "answer", "gold", "cites"):
+        answers.add_column(column, overflow="fold")
+    for row in sample_answers(out_dir, variant, n):
+        answer = row["option"] if row["task"] != "qa" and row["option"] else row["text"][:ANSWER_CHARS]
+        cites = ", ".join(f"{c['title']} ({c['passage_id']})" for c in row["citations"]) or "-"
+        mark = "[green]✓[/green]" if row["correct"] else "[red]✗[/red]"
+        question = row["instruction"] if row["task"] == "qa" else row["input"]
+        answers.add_row(question, f"{mark} {answer}", ", ".join(row["golds"]), cites)
+    console.print(answers)

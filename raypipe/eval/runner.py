@@ -1,0 +1,189 @@
+"""`raypipe eval`: Self-RAG decoding as a Ray Data batch job over eval sets, then metrics and plots.
+
+Outputs in `eval.out_dir`:
+- predictions/<variant>.jsonl: one row per eval question (item fields, decoded text, option,
+  citations, per-segment reflection probabilities and scores, correctness); a `.meta.json` beside it
+  holds the fingerprint of generator weights, decoding config, retriever config and eval files, so a
+  rerun decodes only variants whose inputs changed;
+- metrics.json: `accuracy`, `exact_match` and `retrieval_frequency` keyed by mode (never, adaptive,
+  always; pooled over all sets), `per_set` and `overall` for every variant, the sweeps;
+- threshold_sweep.png (paper Fig. 3c) and is_sup_weight_sweep.png (Fig. 3b);
+- rejects/<set>.rejects.jsonl for bad eval rows; `_SUCCESS` when complete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from raypipe.config import RaypipeConfig
+from raypipe.data.io import write_jsonl
+from raypipe.errors import DataError, ModelError
+from raypipe.eval.datasets import EvalItem, read_eval_sets
+from raypipe.eval.metrics import judge, summarize
+from raypipe.eval.plots import plot_threshold_sweep, plot_weight_sweep
+from raypipe.eval.predict import EvalPredictor, RetrieverFactory, Variant
+from raypipe.runtime import ensure_ray
+
+logger = logging.getLogger(__name__)
+
+MODES = ("never", "adaptive", "always")
+THRESHOLD_PLOT = "threshold_sweep.png"
+WEIGHT_PLOT = "is_sup_weight_sweep.png"
+
+
+def eval_variants(cfg: RaypipeConfig) -> list[Variant]:
+    """The retrieval modes, then the threshold sweep, then the IsSup-weight sweep."""
+    base = cfg.decode
+    variants = [Variant(mode, "mode", mode, base.model_copy(update={"mode": mode})) for mode in cfg.eval.modes]
+    variants += [Variant(f"threshold_{t:g}", "threshold", t, base.model_copy(update={"mode": "adaptive", "threshold": t}))
+                 for t in cfg.eval.threshold_sweep]
+    variants += [Variant(f"w_is_sup_{w:g}", "is_sup_weight", w,
+                         base.model_copy(update={"mode": cfg.eval.weight_sweep_mode, "w_is_sup": w}))
+                 for w in cfg.eval.is_sup_weight_sweep]
+    return list({v.name: v for v in variants}.values())
+
+
+def _stamp(path: Path) -> list[Any]:
+    stat = path.stat()
+    return [str(path.resolve()), stat.st_size, stat.st_mtime_ns]
+
+
+def _fingerprint(cfg: RaypipeConfig, variant: Variant, injected_retriever: bool) -> str:
+    generator = Path(cfg.eval.generator)
+    weights = sorted([*generator.glob("*.safetensors"), *generator.glob("*.bin")])
+    payload = {
+        "generator": [_stamp(w) for w in weights] or str(generator.resolve()),
+        "decode": variant.decode.model_dump(mode="json"),
+        "retrieval": "injected" if injected_retriever else cfg.retrieval.model_dump(mode="json"),
+        "sets": [_stamp(Path(p)) for p in cfg.eval.eval_sets],
+        "limit": cfg.eval.limit,
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _predict(cfg: RaypipeConfig, items: list[EvalItem], variants: list[Variant],
+             retriever_factory: RetrieverFactory | None) -> dict[str, list[tuple[EvalItem, dict[str, Any]]]]:
+    """Decode every item under every variant on an actor pool; results in input order per variant."""
+    import ray
+
+    ensure_ray(cfg.ray)
+    gpus = cfg.eval.actor_gpus if ray.cluster_resources().get("GPU", 0) > 0 else 0
+    dataset = ray.data.from_items([{"item": item.to_json()} for item in items])
+    predicted = dataset.map_batches(
+        EvalPredictor,
+        fn_constructor_kwargs={
+            "generator": cfg.eval.generator,
+            "decode": cfg.decode.model_dump(mode="json"),
+            "variants": [{"name": v.name, "decode": v.decode.model_dump(mode="json")} for v in variants],
+            "retrieval": cfg.retrieval.model_dump(mode="json"),
+            "retriever_factory": retriever_factory,
+        },
+        compute=ray.data.ActorPoolStrategy(size=cfg.eval.actors),
+        batch_size=cfg.eval.batch_size,
+        num_cpus=cfg.eval.actor_cpus,
+        num_gpus=gpus,
+    )
+    order = {(item.set, item.id): i for i, item in enumerate(items)}
+    by_variant: dict[str, list[tuple[EvalItem, dict[str, Any]]]] = defaultdict(list)
+    for row in predicted.iter_rows():
+        by_variant[row["variant"]].append((EvalItem.from_json(row["item"]), json.loads(row["result"])))
+    for rows in by_variant.values():
+        rows.sort(key=lambda pair: order[(pair[0].set, pair[0].id)])
+    return by_variant
+
+
+def _prediction_row(item: EvalItem, result: dict[str, Any]) -> dict[str, Any]:
+    scored = judge(item.task, item.golds, item.choices, result)
+    return {"id": item.id, "set": item.set, "task": item.task, "instruction": item.instruction, "input": item.input,
+            "golds": list(item.golds), "choices": item.choices, **result,
+            "correct": scored.correct, "exact_match": scored.exact}
+
+
+def _summaries(predictions_dir: Path, variants: list[Variant]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(per set -> variant -> summary, variant -> pooled summary) from the prediction files."""
+    per_set: dict[str, dict[str, Any]] = defaultdict(dict)
+    overall: dict[str, Any] = {}
+    for v in variants:
+        by_set: dict[str, list] = defaultdict(list)
+        with (predictions_dir / f"{v.name}.jsonl").open(encoding="utf-8") as fh:
+            for line in fh:
+                row = json.loads(line)
+                by_set[row["set"]].append(judge(row["task"], tuple(row["golds"]), row["choices"], row))
+        for name, scored in by_set.items():
+            per_set[name][v.name] = summarize(scored)
+        overall[v.name] = summarize([s for scored in by_set.values() for s in scored])
+    return dict(per_set), overall
+
+
+def _sweep(per_set: dict[str, Any], variants: list[Variant], sweep: str, key: str) -> dict[str, list[dict]]:
+    return {name: [{key: v.value, **by_variant[v.name]} for v in variants if v.sweep == sweep]
+            for name, by_variant in per_set.items()}
+
+
+def run_eval(cfg: RaypipeConfig, retriever_factory: RetrieverFactory | None = None) -> dict[str, Any]:
+    """Evaluate `cfg.eval.generator` on `cfg.eval.eval_sets` under every mode and sweep variant.
+
+    `retriever_factory` replaces the configured dense retriever (built from `cfg.retrieval` in each
+    actor); it is pickled to the actors, so it must be a picklable callable.
+    """
+    start = time.perf_counter()
+    out = Path(cfg.eval.out_dir)
+    if not (Path(cfg.eval.generator) / "config.json").is_file():
+        raise ModelError(f"eval.generator: no model folder at {cfg.eval.generator}")
+    items, reports = read_eval_sets(cfg.eval.eval_sets, out / "rejects", cfg.eval.limit)
+    if not items:
+        raise DataError("no valid eval rows in any eval set", file=", ".join(cfg.eval.eval_sets))
+    (out / "_SUCCESS").unlink(missing_ok=True)
+    predictions_dir = out / "predictions"
+    variants = eval_variants(cfg)
+    prints = {v.name: _fingerprint(cfg, v, retriever_factory is not None) for v in variants}
+
+    def finished(v: Variant) -> bool:
+        meta = predictions_dir / f"{v.name}.meta.json"
+        return meta.is_file() and json.loads(meta.read_text()).get("fingerprint") == prints[v.name]
+
+    pending = [v for v in variants if not finished(v)]
+    if pending:
+        logger.info("decoding %d items under %d variants (%d already done)", len(items), len(pending),
+                    len(variants) - len(pending))
+        for name, rows in _predict(cfg, items, pending, retriever_factory).items():
+            write_jsonl((_prediction_row(item, result) for item, result in rows), predictions_dir / f"{name}.jsonl")
+            meta = {"fingerprint": prints[name], "variant": name, "n": len(rows)}
+            (predictions_dir / f"{name}.meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    per_set, overall = _summaries(predictions_dir, variants)
+    sweeps = {"threshold": _sweep(per_set, variants, "threshold", "threshold"),
+              "is_sup_weight": _sweep(per_set, variants, "is_sup_weight", "w_is_sup")}
+    plots = {}
+    if cfg.eval.threshold_sweep:
+        plots["threshold"] = str(plot_threshold_sweep(sweeps["threshold"], out / THRESHOLD_PLOT))
+    if cfg.eval.is_sup_weight_sweep:
+        plots["is_sup_weight"] = str(plot_weight_sweep(sweeps["is_sup_weight"], out / WEIGHT_PLOT))
+    modes = [m for m in MODES if m in overall]
+    metrics = {
+        "generator": cfg.eval.generator,
+        **{key: {m: overall[m][key] for m in modes} for key in ("accuracy", "exact_match", "retrieval_frequency")},
+        "per_set": per_set,
+        "overall": overall,
+        "sweeps": sweeps,
+        "eval_sets": {name: r.as_dict() for name, r in reports.items()},
+        "plots": plots,
+    }
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    (out / "_SUCCESS").touch()
+    return {
+        "out_dir": str(out),
+        "eval rows": {name: r.n_ok for name, r in reports.items()},
+        "rejected rows": {name: r.n_rejected for name, r in reports.items()},
+        "accuracy": metrics["accuracy"],
+        "retrieval_frequency": metrics["retrieval_frequency"],
+        "variants decoded": len(pending),
+        "variants reused": len(variants) - len(pending),
+        "plots": ", ".join(plots.values()) or "none",
+        "seconds": round(time.perf_counter() - start, 1),
+    }

@@ -1,0 +1,146 @@
+"""The engine interface every Self-RAG decoder talks to (DESIGN §3), whatever runs the model.
+
+Self-RAG scores a segment with the probabilities of reflection tokens normalized over their group
+(paper Eq. 3-4, App. A.4). A top-k logprob list cannot give those: a group member outside the top k
+is not "probability 0". So an engine reports, at every generated position whose token belongs to a
+reflection group, softmax(logits[group ids]) computed from the full logits, which equals
+p(token) / Σ_group p exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Literal
+
+from transformers import PreTrainedTokenizerBase
+
+from raypipe.models import group_token_ids
+from raypipe.tokens import GROUP_TOKENS, Group
+
+FinishReason = Literal["eos", "stop", "length"]
+
+
+@dataclass(frozen=True)
+class GenerationParams:
+    """Greedy decoding settings. Frozen (hashable), so identical calls can be memoized.
+
+    `stop_token_ids` end a generation in addition to EOS; the stop token is kept in the output.
+    `first_position_groups` are recorded at the first generated position whatever token is chosen
+    there: Self-RAG reads IsRel right after `</paragraph>` even when the model writes something else.
+    `return_probs=False` is plain greedy generation: no log-probabilities and no group
+    probabilities are read, and `Generation.token_logprobs`/`reflections` come back empty.
+    """
+
+    max_new_tokens: int = 100
+    stop_token_ids: tuple[int, ...] = ()
+    first_position_groups: tuple[Group, ...] = ()
+    return_probs: bool = True
+
+
+@dataclass(frozen=True)
+class GroupProbs:
+    """The distribution of one reflection group at one generated position, normalized over the group."""
+
+    position: int
+    group: Group
+    probs: dict[str, float]
+
+
+@dataclass
+class Generation:
+    """One greedy continuation. `token_ids`/`token_logprobs` include a final EOS or stop token;
+    `text` is the decoded continuation with reflection tokens and without EOS."""
+
+    text: str
+    token_ids: list[int]
+    token_logprobs: list[float]
+    finish_reason: FinishReason
+    reflections: list[GroupProbs] = field(default_factory=list)
+
+    @property
+    def cumulative_logprob(self) -> float:
+        return math.fsum(self.token_logprobs)
+
+    def group_probs(self, group: Group, position: int | None = None) -> dict[str, float] | None:
+        """The group's distribution at `position`, or at the first position where it was recorded."""
+        for r in self.reflections:
+            if r.group is group and (position is None or r.position == position):
+                return r.probs
+        return None
+
+
+class Engine(ABC):
+    """A greedy generator with exact reflection-group probabilities.
+
+    Implementations: `HFEngine` (transformers, CPU or GPU) and `VLLMEngine` (GPU). Both must give the
+    same tokens for the same prompts, batched or one by one.
+    """
+
+    tokenizer: PreTrainedTokenizerBase
+
+    @abstractmethod
+    def generate(self, prompts: list[str], params: GenerationParams) -> list[Generation]:
+        """Greedy continuations of `prompts`, in order."""
+
+    @abstractmethod
+    def next_group_probs(self, prompts: list[str], group: Group) -> list[dict[str, float]]:
+        """The group's distribution of the token that would follow each prompt (no generation):
+        the retrieval decision before the first segment reads it."""
+
+
+class GroupTable:
+    """Reflection-token ids of one tokenizer, indexed the ways the engines need them."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase):
+        self.ids: dict[Group, list[int]] = group_token_ids(tokenizer)
+        self.group_of: dict[int, Group] = {i: g for g, ids in self.ids.items() for i in ids}
+        self.token_of: dict[int, str] = {i: t for g, ids in self.ids.items() for i, t in zip(ids, GROUP_TOKENS[g], strict=True)}
+
+    def to_read(self, token: int, position: int, params: GenerationParams) -> list[Group]:
+        """The groups whose distribution is recorded where `token` was chosen at `position`."""
+        groups = list(params.first_position_groups) if position == 0 else []
+        own = self.group_of.get(token)
+        if own is not None and own not in groups:
+            groups.append(own)
+        return groups
+
+    def named(self, group: Group, probs: list[float]) -> dict[str, float]:
+        """Token string -> probability, in `GROUP_TOKENS` order."""
+        return dict(zip(GROUP_TOKENS[group], probs, strict=True))
+
+
+def normalize_group(logprobs: list[float]) -> list[float]:
+    """exp(logprobs) renormalized over the group: p_i / Σ_j p_j, computed stably."""
+    top = max(logprobs)
+    weights = [math.exp(lp - top) for lp in logprobs]
+    total = math.fsum(weights)
+    return [w / total for w in weights]
+
+
+def eos_ids(tokenizer: PreTrainedTokenizerBase, generation_eos: int | list[int] | None) -> frozenset[int]:
+    """Every id that ends a generation: the tokenizer's EOS and the model's generation-config EOS
+    (Llama 3 style configs list several)."""
+    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    if isinstance(generation_eos, int):
+        ids.add(generation_eos)
+    elif generation_eos:
+        ids.update(generation_eos)
+    return frozenset(ids)
+
+
+def decode_continuation(tokenizer: PreTrainedTokenizerBase, context_id: int | None, ids: list[int]) -> str:
+    """The text `ids` add after a context ending in `context_id`.
+
+    Decoding a continuation alone loses the leading space of SentencePiece tokenizers (Llama's "▁The"
+    decodes to "The" at the start of a string), so the continuation is decoded after the context's
+    last token and that token's text is cut off.
+    """
+    if not ids:
+        return ""
+    if context_id is None:
+        return tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    head = tokenizer.decode([context_id], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    both = tokenizer.decode([context_id, *ids], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    return both[len(head):]

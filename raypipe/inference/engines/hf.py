@@ -1,0 +1,171 @@
+"""The transformers engine: our own greedy loop over the model's forward with a KV cache.
+
+`model.generate` hides the full logits behind processors and top-k friendly outputs; reading every
+step's logits ourselves is what makes the group probabilities exact (softmax over the group's ids of
+the raw logits) and costs one small softmax per reflection position.
+
+Batches are left-padded with explicit position ids, so a prompt gets the same positions, and the same
+tokens, alone or in a batch. Rows that finish are dropped from the batch and the cache.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import DynamicCache
+
+from raypipe.errors import ModelError
+from raypipe.inference.engines.base import (
+    Engine,
+    FinishReason,
+    Generation,
+    GenerationParams,
+    GroupProbs,
+    GroupTable,
+    decode_continuation,
+    eos_ids,
+)
+from raypipe.models import load_model
+from raypipe.tokens import Group
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _Row:
+    """One sequence's output while its batch decodes."""
+
+    context_id: int | None
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    reflections: list[GroupProbs] = field(default_factory=list)
+    finish: FinishReason | None = None
+
+
+class HFEngine(Engine):
+    """Greedy generation on a local HF folder; `batch_size` sequences per forward pass."""
+
+    def __init__(self, model_path: str | Path, *, batch_size: int = 16, device: str | None = None,
+                 dtype: torch.dtype | None = None):
+        self.model, self.tokenizer = load_model(model_path, dtype=dtype, device=device)
+        self.device = next(self.model.parameters()).device
+        self.batch_size = batch_size
+        self.groups = GroupTable(self.tokenizer)
+        self.eos = eos_ids(self.tokenizer, self.model.generation_config.eos_token_id)
+        if self.tokenizer.pad_token_id is None:
+            raise ModelError(f"{model_path}: the tokenizer has no pad token")
+        self.pad_id = self.tokenizer.pad_token_id
+        self.max_positions: int | None = getattr(self.model.config, "max_position_embeddings", None)
+        self._group_index = {g: torch.tensor(ids, device=self.device) for g, ids in self.groups.ids.items()}
+
+    # --- prompts -----------------------------------------------------------------------------------
+
+    def _encode(self, prompts: list[str], room: int) -> list[list[int]]:
+        """Prompt ids, left-truncated so that `room` new tokens still fit the model's positions;
+        truncation keeps the latest context (passages, the output so far) and is logged."""
+        encoded = self.tokenizer(prompts, add_special_tokens=True)["input_ids"]
+        if self.max_positions is None:
+            return encoded
+        limit = self.max_positions - room
+        if limit < 1:
+            raise ModelError(f"max_new_tokens={room} does not fit a model of {self.max_positions} positions")
+        long = sum(len(ids) > limit for ids in encoded)
+        if long:
+            logger.warning("%d of %d prompts exceed %d tokens and were left-truncated", long, len(encoded), limit)
+        return [ids[-limit:] for ids in encoded]
+
+    def _prefill(self, batch: list[list[int]]) -> tuple[torch.Tensor, DynamicCache, torch.Tensor, torch.Tensor]:
+        """Run the left-padded prompts; returns last-position logits, cache, mask and next positions."""
+        width = max(len(ids) for ids in batch)
+        input_ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, ids in enumerate(batch):
+            input_ids[row, width - len(ids):] = torch.tensor(ids)
+            mask[row, width - len(ids):] = 1
+        input_ids, mask = input_ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache(config=self.model.config)
+        out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
+                         past_key_values=cache, use_cache=True, logits_to_keep=1)
+        return out.logits[:, -1].float(), out.past_key_values, mask, positions[:, -1] + 1
+
+    # --- probabilities -----------------------------------------------------------------------------
+
+    def _group_probs(self, logits: torch.Tensor, group: Group) -> list[float]:
+        return torch.softmax(logits.index_select(-1, self._group_index[group]), dim=-1).tolist()
+
+    def _read_step(self, rows: list[_Row], logits: torch.Tensor, next_tensor: torch.Tensor, step: int,
+                   params: GenerationParams) -> list[int]:
+        """Append each row's chosen token, its log-prob and the reflection distributions of this step;
+        returns the chosen ids."""
+        next_ids = next_tensor.tolist()
+        logprobs = None
+        if params.return_probs:
+            # log p(chosen) = logit - logsumexp(logits): no vocabulary-sized log-softmax tensor
+            chosen = logits.gather(1, next_tensor[:, None]).squeeze(1)
+            logprobs = (chosen - torch.logsumexp(logits, dim=-1)).tolist()
+        for b, row in enumerate(rows):
+            token = next_ids[b]
+            row.token_ids.append(token)
+            if logprobs is None:
+                continue
+            row.logprobs.append(logprobs[b])
+            for group in self.groups.to_read(token, step, params):
+                probs = self._group_probs(logits[b], group)
+                row.reflections.append(GroupProbs(step, group, self.groups.named(group, probs)))
+        return next_ids
+
+    # --- generation --------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def generate(self, prompts: list[str], params: GenerationParams) -> list[Generation]:
+        encoded = self._encode(prompts, params.max_new_tokens)
+        out: list[Generation] = []
+        for start in range(0, len(encoded), self.batch_size):
+            out.extend(self._generate_batch(encoded[start:start + self.batch_size], params))
+        return out
+
+    def _generate_batch(self, batch: list[list[int]], params: GenerationParams) -> list[Generation]:
+        stop = self.eos | frozenset(params.stop_token_ids)
+        rows = [_Row(context_id=ids[-1] if ids else None) for ids in batch]
+        logits, cache, mask, positions = self._prefill(batch)
+        live = list(range(len(rows)))  # row index of each batch position
+        for step in range(params.max_new_tokens):
+            next_tensor = logits.argmax(dim=-1)
+            next_ids = self._read_step([rows[i] for i in live], logits, next_tensor, step, params)
+            keep = []
+            for b, i in enumerate(live):
+                if next_ids[b] in stop:
+                    rows[i].finish = "eos" if next_ids[b] in self.eos else "stop"
+                else:
+                    keep.append(b)
+            if not keep or step + 1 == params.max_new_tokens:
+                break
+            if len(keep) < len(live):
+                index = torch.tensor(keep, device=self.device)
+                cache.batch_select_indices(index)
+                mask, positions, next_tensor = mask[index], positions[index], next_tensor[index]
+                live = [live[b] for b in keep]
+            mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=-1)
+            out = self.model(input_ids=next_tensor[:, None], attention_mask=mask, position_ids=positions[:, None],
+                             past_key_values=cache, use_cache=True)
+            logits, positions = out.logits[:, -1].float(), positions + 1
+        return [self._finish(row) for row in rows]
+
+    def _finish(self, row: _Row) -> Generation:
+        shown = row.token_ids[:-1] if row.finish == "eos" else row.token_ids
+        return Generation(text=decode_continuation(self.tokenizer, row.context_id, shown),
+                          token_ids=row.token_ids, token_logprobs=row.logprobs,
+                          finish_reason=row.finish or "length", reflections=row.reflections)
+
+    @torch.inference_mode()
+    def next_group_probs(self, prompts: list[str], group: Group) -> list[dict[str, float]]:
+        encoded = self._encode(prompts, 1)
+        out: list[dict[str, float]] = []
+        for start in range(0, len(encoded), self.batch_size):
+            logits = self._prefill(encoded[start:start + self.batch_size])[0]
+            out.extend(self.groups.named(group, self._group_probs(row, group)) for row in logits)
+        return out

@@ -1,0 +1,55 @@
+"""Memoizing wrappers: decoding variants of one batch (modes, threshold and weight sweeps) repeat
+many identical engine calls and searches; each is computed once.
+
+Greedy generation is deterministic, so a cached generation is the one a new call would return (up to
+the float tolerance of batching, see tests/unit/test_engine_hf.py). Scope a wrapper to one batch of
+requests: the caches grow with every distinct prompt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from typing import TypeVar
+
+from raypipe.inference.engines.base import Engine, Generation, GenerationParams
+from raypipe.inference.retriever import Passage, Retriever
+from raypipe.tokens import Group
+
+T = TypeVar("T")
+
+
+def _cached(cache: dict[Hashable, T], keys: list[Hashable], compute: Callable[[list[int]], list[T]]) -> list[T]:
+    """Values for `keys`, computing the missing ones in one call (`compute` gets their positions)."""
+    missing: dict[Hashable, int] = {}
+    for i, key in enumerate(keys):
+        if key not in cache and key not in missing:
+            missing[key] = i
+    if missing:
+        cache.update(zip(missing, compute(list(missing.values())), strict=True))
+    return [cache[key] for key in keys]
+
+
+class MemoEngine(Engine):
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.tokenizer = engine.tokenizer
+        self._generations: dict[Hashable, Generation] = {}
+        self._next: dict[Hashable, dict[str, float]] = {}
+
+    def generate(self, prompts: list[str], params: GenerationParams) -> list[Generation]:
+        return _cached(self._generations, [(p, params) for p in prompts],
+                       lambda idx: self.engine.generate([prompts[i] for i in idx], params))
+
+    def next_group_probs(self, prompts: list[str], group: Group) -> list[dict[str, float]]:
+        return _cached(self._next, [(p, group) for p in prompts],
+                       lambda idx: self.engine.next_group_probs([prompts[i] for i in idx], group))
+
+
+class MemoRetriever:
+    def __init__(self, retriever: Retriever):
+        self.retriever = retriever
+        self._hits: dict[Hashable, Sequence[Passage]] = {}
+
+    def search(self, queries: list[str], k: int) -> list[Sequence[Passage]]:
+        return _cached(self._hits, [(q, k) for q in queries],
+                       lambda idx: list(self.retriever.search([queries[i] for i in idx], k)))

@@ -1,0 +1,271 @@
+"""Self-RAG inference: adaptive retrieval and segment-level beam search (paper §3.3, Algorithm 1,
+App. A.4), run in lock step over a batch of requests so that every step is one engine call.
+
+One step, for every unfinished hypothesis (beam) of every request:
+1. decide whether to retrieve: `always`, `never`, or `adaptive` (p(Retrieval) / (p(Retrieval) +
+   p(No Retrieval)) > δ, read before the first segment from the prompt and later at the retrieve-group
+   token that ended the previous segment);
+2. retrieving, search K passages with the query "input + previous segment" and build K continuations
+   `prompt + output so far + [Retrieval]<paragraph>title\\ntext</paragraph>`; not retrieving, one
+   continuation after `[No Retrieval]` (or the `[Continue to Use Evidence]` the model wrote);
+3. generate all continuations of all beams in ONE engine call; a segment ends at the next
+   retrieve-group token (the model asks for the next decision), at a utility token, EOS or the
+   length cap (those three finish the hypothesis);
+4. score each segment (Eq. 3-4): segment probability + w_IsRel s_IsRel + w_IsSup s_IsSup +
+   w_IsUse s_IsUse, IsRel read right after the paragraph, IsSup and IsUse where the model wrote them;
+   drop continuations that wrote a forbidden token (hard constraints);
+5. keep the top B hypotheses, finished ones included, by the mean score of their segments (a mean,
+   so that a hypothesis is not preferred for having more segments).
+Closed-set requests sum the scores of every finished hypothesis per answer option (App. B.2).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from raypipe.config import DecodeConfig
+from raypipe.errors import ConfigError
+from raypipe.inference.closed_set import Option, aggregate_options
+from raypipe.inference.engines.base import Engine, Generation, GenerationParams, GroupTable
+from raypipe.inference.retriever import Passage, Retriever
+from raypipe.inference.scoring import (
+    CRITIQUE_GROUPS,
+    SegmentScore,
+    critique_weights,
+    score_segment,
+    segment_probability,
+    should_retrieve,
+)
+from raypipe.prompts import format_generator_prompt
+from raypipe.tokens import (
+    CONTINUE,
+    NO_RETRIEVAL,
+    REFLECTION_TOKENS,
+    RETRIEVAL,
+    Group,
+    format_paragraph,
+    strip_reflection,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DecodeRequest:
+    instruction: str
+    input: str = ""
+    #: answer options of a closed-set task; empty for open-ended generation
+    options: tuple[Option, ...] = ()
+
+
+@dataclass(frozen=True)
+class Citation:
+    passage_id: str
+    title: str
+
+
+@dataclass
+class SegmentTrace:
+    """One output segment: its text, the passage it was generated from, the reflection-token
+    distributions it was scored with (group -> token -> probability) and its scores."""
+
+    text: str
+    raw: str
+    citation: Citation | None
+    reflections: dict[str, dict[str, float]]
+    score: SegmentScore
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"text": self.text, "raw": self.raw, "citation": asdict(self.citation) if self.citation else None,
+                "reflections": self.reflections, "scores": self.score.as_dict()}
+
+
+@dataclass
+class DecodeResult:
+    """The chosen output. `n_retrievals` counts retrieval calls made for the request (over all beams);
+    `option`/`option_scores` are set for closed-set requests; `constraints_relaxed` says that every
+    continuation of some step broke a hard constraint, so they were kept rather than return nothing."""
+
+    text: str
+    raw: str
+    segments: list[SegmentTrace]
+    score: float
+    n_retrievals: int
+    option: str | None = None
+    option_scores: dict[str, float] = field(default_factory=dict)
+    constraints_relaxed: bool = False
+
+    @property
+    def retrieved(self) -> bool:
+        return self.n_retrievals > 0
+
+    @property
+    def citations(self) -> list[Citation]:
+        return [s.citation for s in self.segments if s.citation is not None]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"text": self.text, "raw": self.raw, "score": self.score, "n_retrievals": self.n_retrievals,
+                "retrieved": self.retrieved, "citations": [asdict(c) for c in self.citations],
+                "segments": [s.as_dict() for s in self.segments], "option": self.option,
+                "option_scores": self.option_scores, "constraints_relaxed": self.constraints_relaxed}
+
+
+@dataclass
+class _Hypothesis:
+    """A partial output. `raw` is everything after the prompt (paragraphs included); `boundary` is the
+    retrieve-group distribution where the last segment stopped, `boundary_token` the token chosen."""
+
+    raw: str = ""
+    segments: list[SegmentTrace] = field(default_factory=list)
+    boundary: dict[str, float] | None = None
+    boundary_token: str | None = None
+    finished: bool = False
+
+    @property
+    def score(self) -> float:
+        return math.fsum(s.score.total for s in self.segments) / len(self.segments) if self.segments else 0.0
+
+    @property
+    def text(self) -> str:
+        return " ".join(t for s in self.segments if (t := s.text))
+
+
+@dataclass
+class _Search:
+    request: DecodeRequest
+    prompt: str
+    beams: list[_Hypothesis]
+    completed: list[_Hypothesis] = field(default_factory=list)
+    n_retrievals: int = 0
+    constraints_relaxed: bool = False
+
+
+@dataclass
+class _Expansion:
+    search: _Search
+    parent: _Hypothesis
+    passage: Passage | None
+    prefix: str
+
+    @property
+    def prompt(self) -> str:
+        return self.search.prompt + self.parent.raw + self.prefix
+
+
+def retrieval_query(request: DecodeRequest, previous_segment: str) -> str:
+    """Algorithm 1 line 4: retrieve with (x, y_{t-1})."""
+    parts = [request.instruction, request.input, previous_segment]
+    return "\n".join(p for p in parts if p)
+
+
+class SelfRAGDecoder:
+    """Decode requests with an engine and a retriever under one `DecodeConfig`."""
+
+    def __init__(self, engine: Engine, retriever: Retriever | None, cfg: DecodeConfig):
+        unknown = [t for t in cfg.forbid if t not in REFLECTION_TOKENS]
+        if unknown:
+            raise ConfigError(f"decode.forbid: {unknown} are not reflection tokens ({', '.join(REFLECTION_TOKENS)})")
+        if retriever is None and cfg.mode != "never":
+            raise ConfigError(f"decode.mode={cfg.mode} needs a retriever")
+        self.engine, self.retriever, self.cfg = engine, retriever, cfg
+        self.groups = GroupTable(engine.tokenizer)
+        self.weights = critique_weights(cfg)
+        self.forbid = frozenset(cfg.forbid)
+        self.params = GenerationParams(
+            max_new_tokens=cfg.max_new_tokens,
+            stop_token_ids=tuple(self.groups.ids[Group.RETRIEVE] + self.groups.ids[Group.IS_USE]),
+            first_position_groups=(Group.IS_REL,),
+        )
+
+    def decode(self, requests: Sequence[DecodeRequest]) -> list[DecodeResult]:
+        searches = [_Search(r, format_generator_prompt(r.instruction, r.input), [_Hypothesis()]) for r in requests]
+        if self.cfg.mode == "adaptive" and searches:
+            first = self.engine.next_group_probs([s.prompt for s in searches], Group.RETRIEVE)
+            for search, probs in zip(searches, first, strict=True):
+                search.beams[0].boundary = probs
+        for _ in range(self.cfg.max_depth):
+            work = [(s, h) for s in searches for h in s.beams if not h.finished]
+            if not work:
+                break
+            self._step(work)
+        return [self._result(s) for s in searches]
+
+    # --- one step ----------------------------------------------------------------------------------
+
+    def _wants_retrieval(self, h: _Hypothesis) -> bool:
+        if self.cfg.mode != "adaptive":
+            return self.cfg.mode == "always"
+        return h.boundary is not None and should_retrieve(h.boundary, self.cfg.threshold)
+
+    def _step(self, work: list[tuple[_Search, _Hypothesis]]) -> None:
+        retrieving = [self._wants_retrieval(h) for _, h in work]
+        queries = [retrieval_query(s.request, h.segments[-1].text if h.segments else "")
+                   for (s, h), r in zip(work, retrieving, strict=True) if r]
+        found = iter(self.retriever.search(queries, self.cfg.top_k) if queries else [])
+        expansions: list[_Expansion] = []
+        for (search, h), retrieve in zip(work, retrieving, strict=True):
+            passages = list(next(found)) if retrieve else []
+            search.n_retrievals += int(retrieve)
+            if retrieve and not passages:
+                logger.warning("retrieval found no passages; continuing without retrieval")
+            for p in passages:
+                expansions.append(_Expansion(search, h, p, RETRIEVAL + format_paragraph(p.title, p.text)))
+            if not passages:
+                kept = h.boundary_token if h.boundary_token in (NO_RETRIEVAL, CONTINUE) else NO_RETRIEVAL
+                expansions.append(_Expansion(search, h, None, kept))
+        generations = self.engine.generate([e.prompt for e in expansions], self.params)
+        children: dict[int, list[tuple[_Hypothesis, bool]]] = {}
+        for e, g in zip(expansions, generations, strict=True):
+            children.setdefault(id(e.search), []).append(self._child(e, g))
+        for search in {id(s): s for s, _ in work}.values():
+            self._select(search, children[id(search)])
+
+    def _child(self, e: _Expansion, g: Generation) -> tuple[_Hypothesis, bool]:
+        """The hypothesis `g` extends `e.parent` to, and whether it breaks a hard constraint."""
+        last = g.token_ids[-1] if g.token_ids else None
+        asks_next = g.finish_reason == "stop" and self.groups.group_of.get(last) is Group.RETRIEVE
+        ids, logprobs, raw = g.token_ids, g.token_logprobs, g.text
+        boundary_token = boundary = None
+        if asks_next:
+            boundary_token = self.groups.token_of[last]
+            boundary = g.group_probs(Group.RETRIEVE, position=len(ids) - 1)
+            ids, logprobs, raw = ids[:-1], logprobs[:-1], raw[: len(raw) - len(boundary_token)]
+        read = {group: g.group_probs(group) for group in CRITIQUE_GROUPS}
+        read[Group.IS_REL] = g.group_probs(Group.IS_REL, position=0) if e.passage is not None else None
+        score = score_segment(segment_probability(logprobs, self.cfg.segment_prob), read, self.weights)
+        reflections = {group.value: probs for group, probs in read.items() if probs is not None}
+        if e.parent.boundary is not None and self.cfg.mode == "adaptive":
+            reflections[Group.RETRIEVE.value] = e.parent.boundary
+        citation = Citation(e.passage.id, e.passage.title) if e.passage is not None else None
+        # the segment's own tokens: the retrieve decision and what the model wrote, not the passage
+        shown = (RETRIEVAL if e.passage is not None else e.prefix) + raw
+        segment = SegmentTrace(strip_reflection(raw).strip(), shown, citation, reflections, score)
+        child = _Hypothesis(raw=e.parent.raw + e.prefix + raw, segments=[*e.parent.segments, segment],
+                            boundary=boundary, boundary_token=boundary_token, finished=not asks_next)
+        broken = any(self.groups.token_of.get(t) in self.forbid for t in ids)
+        return child, broken
+
+    def _select(self, search: _Search, children: list[tuple[_Hypothesis, bool]]) -> None:
+        """Top-B of the finished beams and the new children that keep the hard constraints."""
+        allowed = [c for c, broken in children if not broken]
+        search.completed.extend(c for c in allowed if c.finished)
+        pool = [h for h in search.beams if h.finished] + allowed
+        if not pool:
+            search.constraints_relaxed = True
+            pool = [c for c, _ in children]
+            search.completed.extend(c for c in pool if c.finished)
+        search.beams = sorted(pool, key=lambda h: h.score, reverse=True)[: self.cfg.beam_width]
+
+    def _result(self, search: _Search) -> DecodeResult:
+        best = search.beams[0]
+        result = DecodeResult(text=best.text, raw=best.raw, segments=best.segments, score=best.score,
+                              n_retrievals=search.n_retrievals, constraints_relaxed=search.constraints_relaxed)
+        if search.request.options:
+            candidates = search.completed + [h for h in search.beams if not h.finished]
+            answer = aggregate_options(((h.text, h.score) for h in candidates), search.request.options)
+            result.option, result.option_scores = answer.option, answer.scores
+        return result

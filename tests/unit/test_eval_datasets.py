@@ -1,0 +1,70 @@
+"""Eval rows of the three shapes become requests with golds; bad rows are rejected with a reason."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from raypipe.data.world_tasks import FACT_INSTRUCTION, MC_INSTRUCTION
+from raypipe.errors import DataError
+from raypipe.eval.datasets import EvalItem, mc_input, parse_item, read_eval_set, read_eval_sets
+
+
+def test_three_shapes():
+    qa = parse_item({"id": "q", "question": "Who?", "answers": ["Ada"]}, "s")
+    assert (qa.task, qa.instruction, qa.input, qa.golds, qa.options()) == ("qa", "Who?", "", ("Ada",), ())
+    fact = parse_item({"id": "f", "claim": "Ada wrote it.", "label": "True"}, "s")
+    assert (fact.task, fact.instruction, fact.input, fact.golds) == ("fact", FACT_INSTRUCTION, "Ada wrote it.", ("true",))
+    assert [o.label for o in fact.options()] == ["true", "false"]
+    mc = parse_item({"id": "m", "question": "Where?", "choices": {"A": "Rome", "B": "Lyon"}, "answerKey": "B"}, "s")
+    assert (mc.task, mc.instruction, mc.input, mc.golds) == ("mc", MC_INSTRUCTION, "Where?\nA: Rome\nB: Lyon", ("B",))
+    assert mc.request().options == mc.options()
+    assert EvalItem.from_json(mc.to_json()) == mc
+
+
+def test_mc_prompt_matches_the_worlds_training_instances(world_dir):
+    rows = pq.read_table(world_dir / "instances").to_pylist()
+    mc_rows = [r for r in rows if r["dataset"] == "multiple_choice"]
+    assert mc_rows
+    for row in mc_rows:
+        meta = json.loads(row["meta"])
+        assert row["instruction"] == MC_INSTRUCTION
+        assert mc_input(row["input"].split("\n")[0], meta["choices"]) == row["input"]
+
+
+def test_bad_rows_go_to_the_rejects_file_and_limit_counts_good_rows(tmp_path):
+    path = tmp_path / "mine.jsonl"
+    lines = [
+        {"id": "1", "question": "Q1", "answers": ["a"]},
+        {"id": "2", "question": "Q2", "answers": []},  # wrong_type
+        {"id": "3", "claim": "c", "label": "yes"},  # bad_label
+        {"id": "4", "question": "Q", "choices": {"A": "x"}, "answerKey": "B"},  # bad_label
+        {"question": "Q5", "answers": ["a"]},  # missing id
+        {"id": "1", "question": "again", "answers": ["a"]},  # duplicate_id
+        {"id": "7", "text": "?"},  # unknown_shape
+        {"id": "8", "question": "Q8", "answers": ["b"]},
+        {"id": "9", "question": "Q9", "answers": ["c"]},
+    ]
+    path.write_bytes(b"\n".join(json.dumps(x).encode() for x in lines) + b"\n[1, 2\n\xff\xfe\n")
+    items, report = read_eval_set(path, tmp_path / "rejects")
+    assert [i.id for i in items] == ["1", "8", "9"]
+    assert report.rejects == {"wrong_type": 1, "bad_label": 2, "missing_field": 1, "duplicate_id": 1,
+                              "unknown_shape": 1, "malformed_json": 1, "invalid_utf8": 1}
+    rejects = [json.loads(x) for x in (tmp_path / "rejects" / "mine.rejects.jsonl").read_text().splitlines()]
+    assert [(r["line"], r["reason"], r["field"]) for r in rejects][:2] == [(2, "wrong_type", "answers"),
+                                                                          (3, "bad_label", "label")]
+    limited, _ = read_eval_set(path, tmp_path / "rejects", limit=2)
+    assert [i.id for i in limited] == ["1", "8"]
+
+
+def test_missing_files_and_clashing_set_names_are_errors(tmp_path):
+    with pytest.raises(DataError, match="eval set not found"):
+        read_eval_set(tmp_path / "nope.jsonl", tmp_path)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    for d in ("a", "b"):
+        (tmp_path / d / "qa.jsonl").write_text(json.dumps({"id": "1", "question": "q", "answers": ["x"]}) + "\n")
+    with pytest.raises(DataError, match="two eval sets are named 'qa'"):
+        read_eval_sets([str(tmp_path / "a" / "qa.jsonl"), str(tmp_path / "b" / "qa.jsonl")], tmp_path / "rejects")

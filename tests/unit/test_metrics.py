@@ -1,0 +1,52 @@
+"""Eval metrics: answer match as the paper scores PopQA/TriviaQA, closed-set accuracy, summaries."""
+
+from __future__ import annotations
+
+import pytest
+
+from raypipe.eval.metrics import Scored, answer_match, exact_match, judge, normalize_answer, summarize
+
+
+def test_normalize_answer_drops_case_punctuation_articles_and_spaces():
+    assert normalize_answer("The  Film Director.") == "film director"
+    assert normalize_answer("An apple, a pear") == "apple pear"
+
+
+@pytest.mark.parametrize(("output", "golds", "expected"), [
+    ("She was a film director in Paris.", ["film director"], True),
+    ("She was a FILM-director.", ["film director"], False),  # punctuation joins the words
+    ("A filmmaker.", ["film"], False),  # whole words only
+    ("Poet", ["novelist", "poet"], True),  # any gold
+    ("", ["poet"], False),
+    ("the", ["The"], False),  # a gold that normalizes to nothing matches nothing
+])
+def test_answer_match_is_gold_contained_in_output(output, golds, expected):
+    assert answer_match(output, golds) is expected
+
+
+def test_exact_match_needs_the_whole_output():
+    assert exact_match("The poet.", ["poet"])
+    assert not exact_match("a poet and painter", ["poet"])
+
+
+def _result(text, option=None, retrieved=True, sups=()):
+    segments = [{"citation": {"passage_id": f"p{i}", "title": "t"}, "scores": {"is_sup": s}} for i, s in enumerate(sups)]
+    segments.append({"citation": None, "scores": {}})
+    return {"text": text, "option": option, "retrieved": retrieved, "segments": segments}
+
+
+def test_judge_qa_fact_and_mc():
+    qa = judge("qa", ("film director",), {}, _result("She was a film director.", sups=(0.5, 1.0)))
+    assert qa == Scored(correct=True, exact=False, retrieved=True, is_sup=0.75)
+    fact = judge("fact", ("true",), {}, _result("False", option="true", retrieved=False))
+    assert fact == Scored(correct=True, exact=False, retrieved=False, is_sup=None)
+    mc = judge("mc", ("B",), {"A": "Rome", "B": "Lyon"}, _result("Lyon", option="A"))
+    assert (mc.correct, mc.exact) == (False, True)  # exact: the text names the gold choice
+
+
+def test_summarize_fractions():
+    scored = [Scored(True, True, True, 1.0), Scored(True, False, False, None),
+              Scored(False, False, True, 0.5), Scored(False, False, False, None)]
+    assert summarize(scored) == {"n": 4, "accuracy": 0.5, "exact_match": 0.25, "retrieval_frequency": 0.5,
+                                 "is_sup": 0.75}
+    assert summarize([])["accuracy"] is None

@@ -1,0 +1,57 @@
+"""The released Self-RAG checkpoint (selfrag_llama2_7b) decodes unchanged when a local copy exists.
+
+Point RAYPIPE_SELFRAG_7B at the folder (default: models/selfrag_llama2_7b). Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from raypipe.config import DecodeConfig
+from raypipe.tokens import RELEVANT, SPECIAL_TOKENS
+
+pytestmark = pytest.mark.gpu
+
+CHECKPOINT = Path(os.environ.get("RAYPIPE_SELFRAG_7B", "models/selfrag_llama2_7b"))
+
+
+@dataclass(frozen=True)
+class Doc:
+    id: str
+    title: str
+    text: str
+
+
+class OnePassage:
+    def search(self, queries, k):
+        return [[Doc("w1", "Hamlet", "Hamlet is a tragedy written by William Shakespeare around 1600.")] for _ in queries]
+
+
+@pytest.fixture(scope="module")
+def checkpoint() -> Path:
+    if not (CHECKPOINT / "config.json").is_file():
+        pytest.skip(f"no released Self-RAG checkpoint at {CHECKPOINT} (set RAYPIPE_SELFRAG_7B)")
+    return CHECKPOINT
+
+
+def test_vocabulary_already_has_every_reflection_token(checkpoint):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint, local_files_only=True)
+    assert all(len(tokenizer.encode(t, add_special_tokens=False)) == 1 for t in SPECIAL_TOKENS)
+
+
+def test_answers_from_the_passage_and_judges_it_relevant(checkpoint):
+    from raypipe.inference.engines import make_engine
+    from raypipe.inference.selfrag import DecodeRequest, SelfRAGDecoder
+
+    cfg = DecodeConfig(mode="always", top_k=1, max_depth=1, max_new_tokens=50)
+    result = SelfRAGDecoder(make_engine(checkpoint, cfg), OnePassage(), cfg).decode([DecodeRequest("Who wrote Hamlet?")])[0]
+    assert "Shakespeare" in result.text
+    assert result.citations[0].passage_id == "w1"
+    is_rel = result.segments[0].reflections["is_rel"]
+    assert is_rel[RELEVANT] > 0.5 and sum(is_rel.values()) == pytest.approx(1.0)
