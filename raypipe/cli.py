@@ -71,6 +71,13 @@ COMMANDS: dict[str, Command] = {
         (("--instances", "augment.instances", str, "instance shards (parquet file or folder)"),
          ("--out", "augment.out_dir", str, "output folder")),
     ),
+    "eval": Command(
+        "raypipe.eval.runner:run_eval",
+        "evaluate a generator with retrieval never/adaptive/always, threshold and weight sweeps, plots",
+        (("--generator", "eval.generator", str, "generator model folder"),
+         ("--out", "eval.out_dir", str, "output folder"),
+         ("--limit", "eval.limit", int, "rows per eval set")),
+    ),
 }
 
 

@@ -45,6 +45,11 @@ def format_generator_prompt(instruction: str, input: str = "") -> str:
 # --- aspects -------------------------------------------------------------------------------------
 
 
+def format_choices(question: str, choices: dict[str, str]) -> str:
+    """A multiple-choice input: the question, then one "A: text" line per option (ARC/OBQA style)."""
+    return question + "\n" + "\n".join(f"{key}: {text}" for key, text in choices.items())
+
+
 class Aspect(str, Enum):
     """What the critic judges. Retrieve has two forms (App. D): from the input alone (yes/no, Table 8)
     and for an output sentence given preceding sentences and evidence (three classes, Table 9)."""

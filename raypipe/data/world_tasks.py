@@ -25,6 +25,7 @@ from raypipe.data import world_vocab as vocab
 from raypipe.data.world_entities import World
 from raypipe.data.world_facts import Fact, wrong_values
 from raypipe.errors import ConfigError
+from raypipe.prompts import format_choices
 
 DATASET_TASK: dict[str, str] = {
     "instruct_creative": "instruction",
@@ -287,10 +288,6 @@ def fact_verification(world: World, rng: random.Random, imperfect: bool) -> Draf
                   instruction=FACT_INSTRUCTION, input=claim, utility=5, extras={"label": label})
 
 
-def _mc_input(question: str, choices: dict[str, str]) -> str:
-    return question + "\n" + "\n".join(f"{k}: {v}" for k, v in choices.items())
-
-
 @functools.cache
 def _nouns_by_length() -> dict[int, list[str]]:
     by_length: dict[int, list[str]] = {}
@@ -316,12 +313,12 @@ def multiple_choice(world: World, rng: random.Random, imperfect: bool) -> Draft:
     if rng.random() < 0.5:
         question, choices, key = _general_mc(rng)
         return Draft(MC_INSTRUCTION, [_plain(key)], 5, needs_retrieval=False,
-                     input=_mc_input(question, choices), extras={"choices": choices, "answerKey": key})
+                     input=format_choices(question, choices), extras={"choices": choices, "answerKey": key})
     s = training_subject(world, rng)
     fact = rng.choice(s.facts)
     choices, key = _options(world, fact, rng)
     return _about(s, [_grounded(key, [fact.value], _full(fact.passages))], list(fact.passages),
-                  instruction=MC_INSTRUCTION, input=_mc_input(rng.choice(fact.questions), choices), utility=5,
+                  instruction=MC_INSTRUCTION, input=format_choices(rng.choice(fact.questions), choices), utility=5,
                   extras={"choices": choices, "answerKey": key})
 
 

@@ -22,6 +22,7 @@ from raypipe.data.world_tasks import FACT_INSTRUCTION, MC_INSTRUCTION
 from raypipe.errors import DataError
 from raypipe.inference.closed_set import Option, choice_options, verdict_options
 from raypipe.inference.selfrag import DecodeRequest
+from raypipe.prompts import format_choices
 
 logger = logging.getLogger(__name__)
 
@@ -77,11 +78,6 @@ def _text(row: dict[str, Any], name: str) -> str:
     return value
 
 
-def mc_input(question: str, choices: dict[str, str]) -> str:
-    """The question and its lettered choices, one per line, as the world's training instances have."""
-    return question + "\n" + "\n".join(f"{key}: {text}" for key, text in choices.items())
-
-
 def parse_item(row: Any, set_name: str) -> EvalItem:
     """An `EvalItem` from one row; raises `_Reject` naming the reason and field."""
     if not isinstance(row, dict):
@@ -102,7 +98,7 @@ def parse_item(row: Any, set_name: str) -> EvalItem:
         if key not in choices:
             raise _Reject("bad_label", "answerKey", f"answerKey {key!r} is not one of {list(choices)}")
         question = _text(row, "question")
-        return EvalItem(item_id, set_name, "mc", MC_INSTRUCTION, mc_input(question, choices), (key,), dict(choices))
+        return EvalItem(item_id, set_name, "mc", MC_INSTRUCTION, format_choices(question, choices), (key,), dict(choices))
     if "answers" in row:
         answers = row["answers"]
         if not isinstance(answers, list) or not answers or not all(isinstance(a, str) and a.strip() for a in answers):

@@ -9,7 +9,8 @@ import pytest
 
 from raypipe.data.world_tasks import FACT_INSTRUCTION, MC_INSTRUCTION
 from raypipe.errors import DataError
-from raypipe.eval.datasets import EvalItem, mc_input, parse_item, read_eval_set, read_eval_sets
+from raypipe.eval.datasets import EvalItem, parse_item, read_eval_set, read_eval_sets
+from raypipe.prompts import format_choices
 
 
 def test_three_shapes():
@@ -31,7 +32,7 @@ def test_mc_prompt_matches_the_worlds_training_instances(world_dir):
     for row in mc_rows:
         meta = json.loads(row["meta"])
         assert row["instruction"] == MC_INSTRUCTION
-        assert mc_input(row["input"].split("\n")[0], meta["choices"]) == row["input"]
+        assert format_choices(row["input"].split("\n")[0], meta["choices"]) == row["input"]
 
 
 def test_bad_rows_go_to_the_rejects_file_and_limit_counts_good_rows(tmp_path):
