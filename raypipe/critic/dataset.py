@@ -1,0 +1,151 @@
+"""`raypipe label`: the critic data set D_critic (Self-RAG §3.2.1, Algorithm 2 lines 3-6).
+
+Samples judgements per aspect from the instances, has the teacher label them, and writes prompt /
+target pairs: the prompt is the critic's input in the generator prompt format (`prompts.critic_prompt`)
+and the target is the reflection token (Eq. 1). Rows are split into train and dev by instance id, so
+no instance's judgements leak from one into the other; dev is what the agreement report (the paper's
+Table 4 analogue) scores the trained critic on.
+
+Layout under `label.out_dir`::
+
+    train/part-00000.parquet ...   id, instance_id, aspect, prompt, target
+    dev/part-00000.parquet ...
+    stats.json                     label distribution, discarded/failed counts, sizes, evidence mix
+    teacher_cache.jsonl            (openai teacher) every reply so far; a rerun skips these ids
+    rejects/                       instances/passages that failed validation; sampling.rejects.jsonl
+    _SUCCESS
+
+A finished folder (`_SUCCESS`) is not redone; delete it to relabel.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from raypipe.config import LabelConfig, RaypipeConfig
+from raypipe.critic.sampling import PassageIndex, RequestSampler, SampleResult
+from raypipe.critic.stable import stable_uniforms
+from raypipe.critic.teachers import LabelRequest, Teacher, make_teacher
+from raypipe.data.io import read_records, write_jsonl, write_parquet
+from raypipe.data.segment import Segmenter
+from raypipe.errors import RaypipeError
+from raypipe.prompts import critic_prompt
+
+logger = logging.getLogger(__name__)
+
+SPLITS = ("train", "dev")
+CRITIC_SCHEMA = pa.schema([
+    pa.field("id", pa.string(), nullable=False),
+    pa.field("instance_id", pa.string(), nullable=False),
+    pa.field("aspect", pa.string(), nullable=False),
+    pa.field("prompt", pa.string(), nullable=False),
+    pa.field("target", pa.string(), nullable=False),
+])
+
+
+def split_of(instance_id: str, cfg: LabelConfig) -> str:
+    """"dev" for a seeded, order-independent `dev_fraction` of instance ids, else "train"."""
+    (u,) = stable_uniforms(f"{cfg.seed}|split|{instance_id}")
+    return "dev" if u < cfg.dev_fraction else "train"
+
+
+def _row(request: LabelRequest, label: str) -> dict[str, str]:
+    return {"id": request.id, "instance_id": request.instance_id, "aspect": request.aspect.value,
+            "prompt": critic_prompt(request.example), "target": label}
+
+
+def _write_split(rows: list[dict[str, str]], folder: Path, shard_size: int) -> int:
+    """Replace the split's parts (a stale part from an earlier, larger run must not survive)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("part-*.parquet"):
+        old.unlink()
+    rows = sorted(rows, key=lambda r: (r["aspect"], r["id"]))
+    for part, start in enumerate(range(0, max(len(rows), 1), shard_size)):
+        chunk = rows[start : start + shard_size]
+        write_parquet(pa.Table.from_pylist(chunk, schema=CRITIC_SCHEMA), folder / f"part-{part:05d}.parquet")
+    return len(rows)
+
+
+def _label_all(teacher: Teacher, sample: SampleResult, cfg: LabelConfig
+               ) -> tuple[dict[str, list[dict[str, str]]], dict[str, Any]]:
+    rows: dict[str, list[dict[str, str]]] = {split: [] for split in SPLITS}
+    per_aspect: dict[str, Any] = {}
+    for aspect, requests in sample.requests.items():
+        labels = teacher.label(aspect, requests)
+        counts: Counter[str] = Counter()
+        sizes: Counter[str] = Counter()
+        for request, label in zip(requests, labels, strict=True):
+            if label is None:
+                continue
+            split = split_of(request.instance_id, cfg)
+            rows[split].append(_row(request, label))
+            counts[label] += 1
+            sizes[split] += 1
+        per_aspect[aspect.value] = {
+            "requested": sample.requested[aspect.value], "sampled": len(requests), "labeled": sum(counts.values()),
+            "discarded": teacher.discarded[aspect.value], "failed": teacher.failed[aspect.value],
+            "train": sizes["train"], "dev": sizes["dev"], "labels": dict(sorted(counts.items())),
+        }
+        if aspect.value in sample.evidence_kinds:
+            per_aspect[aspect.value]["evidence"] = dict(sorted(sample.evidence_kinds[aspect.value].items()))
+            per_aspect[aspect.value]["gt_passages_outside_corpus"] = sample.outside_corpus[aspect.value]
+    return rows, per_aspect
+
+
+def run_label(cfg: RaypipeConfig) -> dict[str, Any]:
+    """Label a sample with the configured teacher and write D_critic; returns the stats."""
+    lc = cfg.label
+    out = Path(lc.out_dir)
+    stats_path = out / "stats.json"
+    if (out / "_SUCCESS").exists() and stats_path.exists():
+        logger.info("%s is complete (_SUCCESS); delete it to relabel", out)
+        return {**json.loads(stats_path.read_text()), "skipped": True}
+    start = time.perf_counter()
+    (out / "_SUCCESS").unlink(missing_ok=True)
+    instances, instance_report = read_records(lc.instances, "instance", out / "rejects" / "instances")
+    passages, passage_report = read_records(lc.passages, "passage", out / "rejects" / "passages")
+    if instances.num_rows == 0 or passages.num_rows == 0:
+        raise RaypipeError(f"nothing to label: {instances.num_rows} valid instances in {lc.instances}, "
+                           f"{passages.num_rows} valid passages in {lc.passages}")
+    sample = RequestSampler(instances, PassageIndex(passages), lc, Segmenter(cfg.segmentation)).sample_all()
+    if sample.rejects:
+        write_jsonl(sample.rejects, out / "rejects" / "sampling.rejects.jsonl")
+    teacher = make_teacher(lc.teacher, out)
+    try:
+        rows, per_aspect = _label_all(teacher, sample, lc)
+    finally:
+        teacher.close()
+    sizes = {split: _write_split(rows[split], out / split, lc.shard_size) for split in SPLITS}
+    stats = {
+        "out_dir": str(out), "teacher": lc.teacher.kind, **sizes,
+        "aspects": per_aspect,
+        "sampling_rejects": dict(Counter(r["reason"] for r in sample.rejects)),
+        "instances_read": instance_report.as_dict(), "passages_read": passage_report.as_dict(),
+        "seconds": round(time.perf_counter() - start, 2),
+    }
+    stats_path.write_text(json.dumps(stats, indent=2) + "\n")
+    failed = sum(teacher.failed.values())
+    if failed:
+        raise RaypipeError(f"{failed} teacher requests failed after retries; D_critic in {out} is "
+                           "incomplete. Rerun to retry them (labels received so far are cached).")
+    (out / "_SUCCESS").write_text("")
+    logger.info("D_critic: %d train and %d dev examples in %s", sizes["train"], sizes["dev"], out)
+    return stats
+
+
+def read_split(out_dir: str | Path, split: str) -> pa.Table:
+    """All parts of one split of a D_critic folder, as one table."""
+    import pyarrow.parquet as pq
+
+    parts = sorted(Path(out_dir, split).glob("part-*.parquet"))
+    if not parts:
+        raise RaypipeError(f"no {split} parts in {out_dir}: run `raypipe label` first")
+    return pa.concat_tables([pq.read_table(p, schema=CRITIC_SCHEMA) for p in parts])
+

@@ -1,0 +1,193 @@
+"""`run_label` on the synthetic world with the oracle teacher: D_critic's layout, labels that follow
+the world's ground truth, the instance-level train/dev split, stats, reruns and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from raypipe import tokens
+from raypipe.config import RaypipeConfig
+from raypipe.critic.dataset import run_label
+from raypipe.errors import DataError
+from raypipe.prompts import ASPECT_LABELS, Aspect
+
+
+def _cfg(world: Path, out: Path, **label) -> RaypipeConfig:
+    base = {"instances": str(world / "instances"), "passages": str(world / "passages"), "out_dir": str(out),
+            "per_aspect": 60, "dev_fraction": 0.2, "teacher": {"error_rate": 0.0}}
+    return RaypipeConfig.model_validate({"label": {**base, **label}})
+
+
+@pytest.fixture(scope="module")
+def labeled(world_dir, tmp_path_factory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("critic_data")
+    return out, run_label(_cfg(world_dir, out))
+
+
+def _rows(out: Path, split: str) -> list[dict]:
+    return pq.read_table(out / split).to_pylist()
+
+
+def _world(world_dir: Path, kind: str) -> dict[str, dict]:
+    return {r["id"]: r for r in pq.read_table(world_dir / kind).to_pylist()}
+
+
+def test_layout_and_columns(labeled):
+    out, stats = labeled
+    assert (out / "_SUCCESS").exists()
+    assert json.loads((out / "stats.json").read_text()) == stats
+    for split in ("train", "dev"):
+        assert sorted(p.name for p in (out / split).iterdir()) == ["part-00000.parquet"]
+        assert pq.read_schema(out / split / "part-00000.parquet").names == [
+            "id", "instance_id", "aspect", "prompt", "target"]
+
+
+def test_every_aspect_is_sampled_with_a_mix_of_labels(labeled):
+    out, stats = labeled
+    rows = _rows(out, "train") + _rows(out, "dev")
+    for aspect in Aspect:
+        targets = [r["target"] for r in rows if r["aspect"] == aspect.value]
+        assert len(targets) == 60
+        assert set(targets) <= set(ASPECT_LABELS[aspect])
+        assert len(set(targets)) >= 2, aspect
+    assert len({r["id"] for r in rows}) == len(rows)
+
+
+def test_labels_follow_the_ground_truth_when_the_teacher_is_noiseless(labeled, world_dir):
+    out, _ = labeled
+    instances = _world(world_dir, "instances")
+    for row in _rows(out, "train") + _rows(out, "dev"):
+        instance_id, aspect, sentence, passage = row["id"].split("|")
+        meta = json.loads(instances[instance_id]["meta"])
+        if aspect == "retrieve_input":
+            assert row["target"] == (tokens.RETRIEVAL if meta["needs_retrieval"] else tokens.NO_RETRIEVAL)
+        elif aspect == "is_rel":
+            assert (row["target"] == tokens.RELEVANT) == (passage in meta["relevant_passages"])
+        elif aspect == "is_sup":
+            level = meta["sentences"][int(sentence)]["support"].get(passage)
+            assert (row["target"] == tokens.NO_SUPPORT) == (level is None)
+        elif aspect == "is_use":
+            assert row["target"] == f"[Utility:{meta['utility']}]"
+
+
+def test_prompts_carry_the_instance_and_the_evidence_passage(labeled, world_dir):
+    out, _ = labeled
+    instances, passages = _world(world_dir, "instances"), _world(world_dir, "passages")
+    for row in _rows(out, "train"):
+        instance_id, aspect, _, passage = row["id"].split("|")
+        assert row["prompt"].startswith("### Instruction:\n") and row["prompt"].endswith("### Response:\n")
+        assert instances[instance_id]["instruction"] in row["prompt"]
+        if aspect in ("retrieve", "is_rel", "is_sup"):
+            p = passages[passage]
+            assert f"{p['title']}\n{p['text']}" in row["prompt"]
+        else:
+            assert passage == "-"
+
+
+def test_sentence_aspects_show_the_preceding_sentences_and_is_rel_shows_none(labeled, world_dir):
+    out, _ = labeled
+    instances = _world(world_dir, "instances")
+    seen_preceding = False
+    for row in _rows(out, "train") + _rows(out, "dev"):
+        instance_id, aspect, sentence, _ = row["id"].split("|")
+        if aspect == "is_rel":
+            assert sentence == "-" and "Preceding sentences:" not in row["prompt"]
+        elif aspect in ("retrieve", "is_sup"):
+            texts = [x["text"] for x in json.loads(instances[instance_id]["meta"])["sentences"]]
+            k = int(sentence)
+            assert f"Output: {texts[k]}" in row["prompt"]
+            if k > 0:
+                assert f"Preceding sentences: {' '.join(texts[:k])}" in row["prompt"]
+                seen_preceding = True
+    assert seen_preceding
+
+
+def test_no_instance_is_in_both_splits(labeled):
+    out, stats = labeled
+    train = {r["instance_id"] for r in _rows(out, "train")}
+    dev = {r["instance_id"] for r in _rows(out, "dev")}
+    assert train and dev and not train & dev
+    assert stats["dev"] == len(_rows(out, "dev")) and stats["train"] == len(_rows(out, "train"))
+
+
+def test_stats_count_labels_and_splits_per_aspect(labeled):
+    out, stats = labeled
+    rows = _rows(out, "train") + _rows(out, "dev")
+    for aspect, s in stats["aspects"].items():
+        mine = [r for r in rows if r["aspect"] == aspect]
+        assert s["labeled"] == len(mine) == s["train"] + s["dev"] == sum(s["labels"].values())
+        assert s["labels"] == {t: sum(r["target"] == t for r in mine) for t in s["labels"]}
+        assert s["discarded"] == 0 and s["failed"] == 0
+
+
+def test_a_finished_folder_is_skipped_on_rerun(labeled, world_dir):
+    out, stats = labeled
+    before = (out / "train" / "part-00000.parquet").stat().st_mtime_ns
+    again = run_label(_cfg(world_dir, out))
+    assert again == {**stats, "skipped": True}
+    assert (out / "train" / "part-00000.parquet").stat().st_mtime_ns == before
+
+
+def test_same_config_gives_the_same_data_set(labeled, world_dir, tmp_path):
+    out, _ = labeled
+    run_label(_cfg(world_dir, tmp_path))
+    for split in ("train", "dev"):
+        assert pq.read_table(tmp_path / split).equals(pq.read_table(out / split))
+
+
+def test_aspect_sizes_override_per_aspect(world_dir, tmp_path):
+    stats = run_label(_cfg(world_dir, tmp_path, per_aspect=10, aspect_sizes={"is_use": 0, "is_rel": 25}))
+    assert sorted(stats["aspects"]) == ["is_rel", "is_sup", "retrieve", "retrieve_input"]
+    assert stats["aspects"]["is_rel"]["labeled"] == 25 and stats["aspects"]["is_sup"]["labeled"] == 10
+
+
+# --- hand-made inputs ----------------------------------------------------------------------------
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+PASSAGES = [{"id": "p1", "title": "Ada Harlow", "text": "Ada Harlow is a painter. She lives in Oslo."},
+            {"id": "p2", "title": "Ada Harlowe", "text": "Ada Harlowe is a chemist."}]
+
+
+def _instance(i: str, output: str, sentences: list[str], **meta) -> dict:
+    truth = [{"text": s, "needs_retrieval": True, "support": {"p1": "full"}} for s in sentences]
+    meta = {"needs_retrieval": True, "sentences": truth, "relevant_passages": ["p1"], "utility": 5, **meta}
+    return {"id": i, "instruction": "Tell me about Ada Harlow.", "input": "", "output": output, "meta": meta}
+
+
+def test_sentences_that_disagree_with_the_ground_truth_are_rejected_with_a_reason(tmp_path):
+    world = tmp_path / "world"
+    _write_jsonl(world / "passages" / "p.jsonl", PASSAGES)
+    _write_jsonl(world / "instances" / "i.jsonl", [
+        _instance("good", "Ada Harlow is a painter. She lives in Oslo.",
+                  ["Ada Harlow is a painter.", "She lives in Oslo."]),
+        _instance("bad", "Ada Harlow is a painter. She lives in Oslo.", ["Ada Harlow is a painter in Oslo."]),
+    ])
+    out = tmp_path / "out"
+    stats = run_label(_cfg(world, out, aspect_sizes={"retrieve_input": 0, "is_use": 0, "is_rel": 0}))
+    assert stats["sampling_rejects"] == {"sentence_mismatch": 1}
+    rejects = [json.loads(x) for x in (out / "rejects" / "sampling.rejects.jsonl").read_text().splitlines()]
+    assert [(r["id"], r["reason"]) for r in rejects] == [("bad", "sentence_mismatch")]
+    rows = _rows(out, "train") + _rows(out, "dev")
+    assert {r["instance_id"] for r in rows} == {"good"}
+
+
+def test_missing_ground_truth_for_the_oracle_names_the_row_and_field(tmp_path):
+    world = tmp_path / "world"
+    _write_jsonl(world / "passages" / "p.jsonl", PASSAGES)
+    row = _instance("no-utility", "Ada Harlow is a painter.", ["Ada Harlow is a painter."])
+    del row["meta"]["utility"]
+    _write_jsonl(world / "instances" / "i.jsonl", [row])
+    with pytest.raises(DataError) as err:
+        run_label(_cfg(world, tmp_path / "out"))
+    assert err.value.row_id == "no-utility" and err.value.field == "meta.utility"
+    assert not (tmp_path / "out" / "_SUCCESS").exists()
