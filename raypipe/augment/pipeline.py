@@ -106,13 +106,14 @@ def render(batch: dict[str, np.ndarray], cfg: AugmentConfig) -> dict[str, np.nda
     return _on_good_rows(batch, fn)
 
 
-class CriticStage:
-    """Actor: loads the critic once, then applies one critic-driven stage function per batch."""
+class CriticJudgements:
+    """Actor: loads the critic once (vLLM on GPU, HF on CPU), then applies critic-driven stage
+    functions to each batch."""
 
     def __init__(self, fns: list[Callable], critic_path: str, batch_size: int):
-        from raypipe.critic.predict import CriticPredictor
+        from raypipe.critic.predict import make_predictor
 
-        self.critic = CriticPredictor(critic_path, batch_size=batch_size)
+        self.critic = make_predictor(critic_path, batch_size=batch_size)
         self.fns = fns
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -121,13 +122,13 @@ class CriticStage:
         return batch
 
 
-class RetrieverStage:
+class RetrieverCalls:
     """Actor: loads the faiss index and encoder once, then applies one retrieval stage per batch."""
 
     def __init__(self, fn: Callable, retrieval_cfg: Any):
-        from raypipe.retrieval import load_retriever
+        from raypipe.inference.retriever import build_retriever
 
-        self.retriever = load_retriever(retrieval_cfg)
+        self.retriever = build_retriever(retrieval_cfg)
         self.fn = fn
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -156,12 +157,12 @@ def build_dataset(files: list[str], cfg: RaypipeConfig):
     ds = ds.map_batches(validate, batch_format="numpy", batch_size=a.batch_size)
 
     def critic(fns: list[Callable]):
-        return dict(fn=CriticStage, fn_constructor_kwargs={"fns": fns, **critic_kw}, batch_format="numpy",
+        return dict(fn=CriticJudgements, fn_constructor_kwargs={"fns": fns, **critic_kw}, batch_format="numpy",
                     batch_size=a.batch_size, compute=ActorPoolStrategy(size=a.critic_actors),
                     **_critic_resources(a))
 
     def retriever(fn: Callable):
-        return dict(fn=RetrieverStage, fn_constructor_kwargs={"fn": fn, "retrieval_cfg": cfg.retrieval},
+        return dict(fn=RetrieverCalls, fn_constructor_kwargs={"fn": fn, "retrieval_cfg": cfg.retrieval},
                     batch_format="numpy", batch_size=a.batch_size,
                     compute=ActorPoolStrategy(size=a.retriever_actors), num_cpus=a.retriever_cpus)
 
