@@ -403,6 +403,9 @@ class ServeConfig(Section):
     downscale_delay_s: float = Field(10.0, ge=0)
     #: seconds of load history the autoscaler averages over
     look_back_period_s: float = Field(30.0, gt=0)
+    #: how often replicas and handles report their load to the autoscaler (Ray 2.60 reads this field;
+    #: Serve calls it deprecated in favour of environment variables it does not read yet)
+    metrics_interval_s: float = Field(10.0, gt=0)
     #: decodes one TreeSearch replica runs at once (each in its own thread) ...
     max_ongoing_requests: int = Field(8, ge=1)
     #: ... and requests the ingress queues for TreeSearch before answering 503 (-1: unbounded)

@@ -1,0 +1,156 @@
+"""Building, starting and stopping the Serve app; `raypipe serve` (`run_serve`).
+
+Three ways in, one builder:
+- `raypipe serve --config configs/demo.yaml` (or `ray job submit -- python jobs/serve.py ...`):
+  `run_serve` starts Serve on `serve.host:serve.port`, deploys, and blocks until Ctrl-C (or SIGTERM),
+  then shuts Serve down;
+- `serve run configs/serve.yaml`: Serve imports `app_from_config` with the file's `args`;
+- `serve deploy configs/serve.yaml` against a running cluster (`ray start --head` or KubeRay's
+  RayService): the same file, the app stays up until `serve delete`/`serve shutdown`.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from raypipe.config import RaypipeConfig, ServeConfig, load_config
+from raypipe.errors import ConfigError
+from raypipe.runtime import ensure_ray
+from raypipe.serving.auth import digest_from_env
+from raypipe.serving.schemas import check_defaults_within_limits
+
+if TYPE_CHECKING:
+    from ray.serve import Application
+
+logger = logging.getLogger(__name__)
+
+
+class AppArgs(BaseModel):
+    """The `args` of `app_from_config` in a Serve config file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: a raypipe YAML config (default: the embedded defaults); relative to the working directory
+    config: str | None = None
+    #: `key.path=value` overrides, as with `--set`
+    overrides: list[str] = []
+
+
+def autoscaling_config(serve_cfg: ServeConfig) -> dict[str, Any]:
+    return {"min_replicas": serve_cfg.min_replicas, "max_replicas": serve_cfg.max_replicas,
+            "target_ongoing_requests": serve_cfg.target_ongoing_requests,
+            "upscale_delay_s": serve_cfg.upscale_delay_s, "downscale_delay_s": serve_cfg.downscale_delay_s,
+            "look_back_period_s": serve_cfg.look_back_period_s, "metrics_interval_s": serve_cfg.metrics_interval_s}
+
+
+def _absolute(path: str | None) -> str | None:
+    return str(Path(path).expanduser().resolve()) if path else path
+
+
+def resolve_paths(cfg: RaypipeConfig) -> RaypipeConfig:
+    """The config with the files replicas open made absolute, since replica processes need not share
+    the builder's working directory."""
+    retrieval = cfg.retrieval.model_copy(update={
+        "encoder": cfg.retrieval.encoder.model_copy(update={"path": _absolute(cfg.retrieval.encoder.path)}),
+        "index": cfg.retrieval.index.model_copy(update={"out_dir": _absolute(cfg.retrieval.index.out_dir)}),
+    })
+    serve_cfg = cfg.serve.model_copy(update={"generator": _absolute(cfg.serve.generator)})
+    return cfg.model_copy(update={"retrieval": retrieval, "serve": serve_cfg})
+
+
+def _cluster_has_gpus() -> bool:
+    import ray
+
+    return ray.is_initialized() and ray.cluster_resources().get("GPU", 0) > 0
+
+
+def build_app(cfg: RaypipeConfig) -> Application:
+    """The Serve application of `cfg`: Ingress -> TreeSearch -> Generator + Retriever."""
+    from raypipe.serving.deployments import Generator, Ingress, Retriever, TreeSearch
+
+    check_defaults_within_limits(cfg.serve, cfg.decode)
+    cfg = resolve_paths(cfg)
+    s = cfg.serve
+    generator_actor: dict[str, Any] = {"num_cpus": s.generator_cpus}
+    if _cluster_has_gpus():
+        generator_actor["num_gpus"] = s.generator_gpus
+    batching = (s.torch_threads, s.max_batch_size, s.batch_wait_timeout_s)
+    # Generator/Retriever callers are TreeSearch threads, already bounded by TreeSearch's own limits:
+    # their queues are unbounded and they admit a full batch per replica at least.
+    shared = {"max_ongoing_requests": max(s.max_batch_size, s.max_ongoing_requests), "max_queued_requests": -1}
+    retriever = Retriever.options(num_replicas=s.retriever_replicas, ray_actor_options={"num_cpus": s.retriever_cpus},
+                                  **shared).bind(cfg.retrieval, *batching)
+    generator = Generator.options(num_replicas=s.generator_replicas, ray_actor_options=generator_actor,
+                                  **shared).bind(s.generator, cfg.decode, *batching)
+    tree_search = TreeSearch.options(
+        autoscaling_config=autoscaling_config(s), max_ongoing_requests=s.max_ongoing_requests,
+        max_queued_requests=s.max_queued_requests, ray_actor_options={"num_cpus": s.tree_search_cpus},
+    ).bind(generator, retriever, s.generator, s.max_ongoing_requests, s.request_timeout_s)
+    return Ingress.options(
+        num_replicas=s.ingress_replicas, max_ongoing_requests=s.ingress_max_ongoing_requests,
+        ray_actor_options={"num_cpus": s.ingress_cpus},
+    ).bind(tree_search, cfg, digest_from_env(s.auth_token_env))
+
+
+def app_from_config(args: dict[str, Any]) -> Application:
+    """The Serve app builder of configs/serve.yaml (`serve run` / `serve deploy`)."""
+    try:
+        parsed = AppArgs.model_validate(args)
+    except ValidationError as exc:
+        raise ConfigError(f"serve config args: {exc}") from None
+    return build_app(load_config(parsed.config, parsed.overrides))
+
+
+def start_app(cfg: RaypipeConfig) -> str:
+    """Start Serve's HTTP proxy on `serve.host:serve.port` (joining a running Serve instance if there is
+    one), deploy the app and wait until it is RUNNING; returns its base URL."""
+    from ray import serve
+
+    ensure_ray(cfg.ray)
+    s = cfg.serve
+    serve.start(http_options={"host": s.host, "port": s.port})
+    serve.run(build_app(cfg), name=s.app_name, route_prefix=s.route_prefix, blocking=False)
+    return f"http://{s.host}:{s.port}{s.route_prefix.rstrip('/')}"
+
+
+def replica_counts(app_name: str, states: tuple[str, ...] = ("RUNNING",)) -> dict[str, int]:
+    """Replicas in `states` per deployment of the app (from serve.status())."""
+    from ray import serve
+
+    app = serve.status().applications.get(app_name)
+    if app is None:
+        return {}
+    return {name: sum(int(d.replica_states.get(state, 0)) for state in states) for name, d in app.deployments.items()}
+
+
+def run_serve(cfg: RaypipeConfig) -> dict[str, Any]:
+    """`raypipe serve`: serve until Ctrl-C or SIGTERM, then shut Serve down. Returns the URL, the time up
+    and the replica counts seen last."""
+    from ray import serve
+
+    def stop(signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    started = time.monotonic()
+    url = start_app(cfg)
+    previous = signal.signal(signal.SIGTERM, stop)  # after ray.init, which installs its own handler
+    logger.info("serving %s at %s (POST /v1/generate, POST /v1/chat/completions, GET /healthz); "
+                "Ctrl-C stops", cfg.serve.app_name, url)
+    replicas: dict[str, int] = {}
+    try:
+        while True:
+            replicas = replica_counts(cfg.serve.app_name) or replicas
+            time.sleep(5)
+    except KeyboardInterrupt:
+        logger.info("stopping the Serve app")
+    finally:
+        serve.shutdown()
+        signal.signal(signal.SIGTERM, previous)
+    return {"url": url, "app": cfg.serve.app_name, "uptime_s": round(time.monotonic() - started, 1),
+            "replicas": replicas}

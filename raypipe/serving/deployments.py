@@ -1,0 +1,181 @@
+"""The Ray Serve deployments: Retriever, Generator, TreeSearch and the HTTP ingress (DESIGN §1 [serve]).
+
+    HTTP -> Ingress (FastAPI) -> TreeSearch (autoscaled) -> Generator (engine, @serve.batch)
+                                                         -> Retriever (encoder + faiss, @serve.batch)
+
+TreeSearch holds no model: it runs Self-RAG's segment beam search (paper §3.3) and sends every engine
+and retrieval call to the shared Generator and Retriever, whose `@serve.batch` handlers merge the calls
+of concurrent requests into one engine call (grouped by compatible settings, see batching.py). On GPU
+the same batch is one call to vLLM, which schedules it with its own continuous batching.
+
+Model-holding replicas run their model calls in one worker thread with torch limited to
+`serve.torch_threads`, so N replicas on N cores do not fight over threads; the event loop stays free
+to collect the next batch meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import torch
+from fastapi import FastAPI
+from ray import serve
+from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
+from ray.serve.handle import DeploymentHandle
+
+from raypipe.config import DecodeConfig, RaypipeConfig, RetrievalConfig
+from raypipe.inference.engines import make_engine
+from raypipe.inference.engines.base import Generation, GenerationParams
+from raypipe.inference.retriever import Passage, build_retriever
+from raypipe.inference.selfrag import DecodeRequest, DecodeResult, SelfRAGDecoder
+from raypipe.models import load_tokenizer
+from raypipe.prompts import format_generator_prompt
+from raypipe.serving.api import DecodeTimeout, Overloaded, build_api
+from raypipe.serving.batching import run_grouped
+from raypipe.serving.remote import RemoteEngine, RemoteRetriever
+from raypipe.tokens import Group
+
+logger = logging.getLogger(__name__)
+
+
+def _set_batching(handler: Any, max_batch_size: int, wait_s: float) -> None:
+    handler.set_max_batch_size(max_batch_size)
+    handler.set_batch_wait_timeout_s(wait_s)
+
+
+class _BatchedModel:
+    """A model held in one worker thread, with torch limited to `threads` there (OpenMP keeps thread
+    counts per thread, so it is set in that thread too); the `@serve.batch` handlers of subclasses run
+    their merged calls in it through `_run`, which counts calls and engine calls."""
+
+    def _start(self, threads: int) -> None:
+        torch.set_num_threads(threads)
+        self.thread = ThreadPoolExecutor(1, thread_name_prefix="model", initializer=torch.set_num_threads,
+                                         initargs=(threads,))
+        self.counts = {"calls": 0, "engine_calls": 0}
+
+    def batching_stats(self) -> dict[str, int]:
+        """Calls received and model calls made so far: how much batching merged (load test, tests)."""
+        return dict(self.counts)
+
+    async def _run(self, calls: list[tuple[list[Any], Any]], compute: Callable[[list[Any], Any], list[Any]]) -> list[Any]:
+        def counted(items: list[Any], key: Any) -> list[Any]:
+            self.counts["engine_calls"] += 1
+            return compute(items, key)
+
+        self.counts["calls"] += len(calls)
+        return await asyncio.get_running_loop().run_in_executor(self.thread, run_grouped, calls, counted)
+
+
+@serve.deployment
+class Retriever(_BatchedModel):
+    """The dense retriever (query encoder + faiss index) of `retrieval`, shared by all tree searches."""
+
+    def __init__(self, retrieval: RetrievalConfig, threads: int, max_batch_size: int, batch_wait_timeout_s: float):
+        self._start(threads)
+        self.retriever = self.thread.submit(build_retriever, retrieval).result()
+        _set_batching(self._search_batch, max_batch_size, batch_wait_timeout_s)
+
+    async def search(self, queries: list[str], k: int) -> list[list[Passage]]:
+        return await self._search_batch((queries, k))
+
+    @serve.batch
+    async def _search_batch(self, calls: list[tuple[list[str], int]]) -> list[list[list[Passage]]]:
+        return await self._run(calls, self.retriever.search)
+
+
+@serve.deployment
+class Generator(_BatchedModel):
+    """A generation engine (HF on CPU, vLLM on GPU) on `model_path`, shared by all tree searches."""
+
+    def __init__(self, model_path: str, decode: DecodeConfig, threads: int, max_batch_size: int,
+                 batch_wait_timeout_s: float):
+        self._start(threads)
+        self.engine = self.thread.submit(make_engine, model_path, decode).result()
+        for handler in (self._generate_batch, self._next_batch):
+            _set_batching(handler, max_batch_size, batch_wait_timeout_s)
+
+    async def generate(self, prompts: list[str], params: GenerationParams) -> list[Generation]:
+        return await self._generate_batch((prompts, params))
+
+    async def next_group_probs(self, prompts: list[str], group: Group) -> list[dict[str, float]]:
+        return await self._next_batch((prompts, group))
+
+    @serve.batch
+    async def _generate_batch(self, calls: list[tuple[list[str], GenerationParams]]) -> list[list[Generation]]:
+        return await self._run(calls, self.engine.generate)
+
+    @serve.batch
+    async def _next_batch(self, calls: list[tuple[list[str], Group]]) -> list[list[dict[str, float]]]:
+        return await self._run(calls, self.engine.next_group_probs)
+
+
+@serve.deployment
+class TreeSearch:
+    """Self-RAG decoding of one request at a time per worker thread (`concurrency` threads), over the
+    Generator and Retriever deployments. Autoscaled on its ongoing requests."""
+
+    def __init__(self, generator: DeploymentHandle, retriever: DeploymentHandle, model_path: str,
+                 concurrency: int, call_timeout_s: float):
+        self.generator, self.retriever, self.call_timeout_s = generator, retriever, call_timeout_s
+        self.tokenizer = load_tokenizer(model_path)
+        self.threads = ThreadPoolExecutor(concurrency, thread_name_prefix="tree-search")
+
+    async def decode(self, request: DecodeRequest, cfg: DecodeConfig) -> dict[str, Any]:
+        """`DecodeResult.as_dict()` plus `timings` (ms) and `usage` (token counts)."""
+        return await asyncio.get_running_loop().run_in_executor(self.threads, self._decode, request, cfg)
+
+    def _decode(self, request: DecodeRequest, cfg: DecodeConfig) -> dict[str, Any]:
+        engine = RemoteEngine(self.generator, self.tokenizer, self.call_timeout_s)
+        retriever = RemoteRetriever(self.retriever, self.call_timeout_s)
+        start = time.perf_counter()
+        result = SelfRAGDecoder(engine, retriever, cfg).decode([request])[0]
+        timings = {"decode_ms": (time.perf_counter() - start) * 1000,
+                   "generation_ms": engine.clock.seconds * 1000, "generation_calls": engine.clock.calls,
+                   "retrieval_ms": retriever.clock.seconds * 1000, "retrieval_calls": retriever.clock.calls}
+        return {**result.as_dict(), "timings": {k: round(v, 2) for k, v in timings.items()},
+                "usage": self._usage(request, result)}
+
+    def _usage(self, request: DecodeRequest, result: DecodeResult) -> dict[str, int]:
+        """Prompt tokens, and the tokens the model wrote for the answer (retrieved passages excluded)."""
+        prompt = format_generator_prompt(request.instruction, request.input)
+        written = [s.raw for s in result.segments]
+        count = self.tokenizer(written, add_special_tokens=False)["input_ids"] if written else []
+        return {"prompt_tokens": len(self.tokenizer(prompt)["input_ids"]),
+                "completion_tokens": sum(len(ids) for ids in count)}
+
+
+class TreeSearchBackend:
+    """The ingress's view of TreeSearch: Serve's back-pressure becomes `Overloaded` (503) and a request
+    over its deadline `DecodeTimeout` (504), cancelled on the way out."""
+
+    def __init__(self, tree_search: DeploymentHandle, timeout_s: float):
+        self.tree_search, self.timeout_s = tree_search, timeout_s
+
+    async def decode(self, request: DecodeRequest, cfg: DecodeConfig) -> dict[str, Any]:
+        response = self.tree_search.decode.remote(request, cfg)
+        try:
+            return await asyncio.wait_for(response, self.timeout_s)
+        except (BackPressureError, DeploymentUnavailableError) as exc:
+            raise Overloaded(str(exc)) from exc
+        except TimeoutError as exc:
+            response.cancel()
+            raise DecodeTimeout(f"no answer within serve.request_timeout_s={self.timeout_s} s") from exc
+
+
+@serve.deployment
+@serve.ingress()
+class Ingress:
+    """The HTTP API (api.py) of the app; the FastAPI app is built in the replica from `cfg`."""
+
+    def __init__(self, tree_search: DeploymentHandle, cfg: RaypipeConfig, auth_digest: str | None):
+        self.backend = TreeSearchBackend(tree_search, cfg.serve.request_timeout_s)
+        self.cfg, self.auth_digest = cfg, auth_digest
+
+    def __serve_build_asgi_app__(self) -> FastAPI:
+        return build_api(self.cfg, self.backend, self.auth_digest)

@@ -1,0 +1,63 @@
+"""The engine and retriever a TreeSearch replica decodes with: proxies of the Generator and Retriever
+deployments, so every tree search in the app shares one model and one index (and their batches).
+
+`SelfRAGDecoder` is synchronous, so these proxies block on `DeploymentResponse.result()`; TreeSearch runs
+each decode in a worker thread, never on the replica's event loop. Each proxy is made per request and
+clocks the time spent waiting on its deployment, which becomes the response's timings.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from transformers import PreTrainedTokenizerBase
+
+from raypipe.inference.engines.base import Engine, Generation, GenerationParams
+from raypipe.inference.retriever import Passage
+from raypipe.tokens import Group
+
+
+@dataclass
+class CallClock:
+    """Calls made through one proxy and the seconds spent waiting for them."""
+
+    timeout_s: float
+    calls: int = 0
+    seconds: float = 0.0
+
+    def call(self, method: Any, *args: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return method.remote(*args).result(timeout_s=self.timeout_s)
+        finally:
+            self.calls += 1
+            self.seconds += time.perf_counter() - start
+
+
+class RemoteEngine(Engine):
+    """`Engine` calls forwarded to the Generator deployment; the tokenizer is local (the decoder only
+    reads reflection-token ids from it)."""
+
+    def __init__(self, generator: Any, tokenizer: PreTrainedTokenizerBase, timeout_s: float):
+        self.generator, self.tokenizer = generator, tokenizer
+        self.clock = CallClock(timeout_s)
+
+    def generate(self, prompts: list[str], params: GenerationParams) -> list[Generation]:
+        return self.clock.call(self.generator.generate, prompts, params)
+
+    def next_group_probs(self, prompts: list[str], group: Group) -> list[dict[str, float]]:
+        return self.clock.call(self.generator.next_group_probs, prompts, group)
+
+
+class RemoteRetriever:
+    """`Retriever.search` forwarded to the Retriever deployment."""
+
+    def __init__(self, retriever: Any, timeout_s: float):
+        self.retriever = retriever
+        self.clock = CallClock(timeout_s)
+
+    def search(self, queries: list[str], k: int) -> Sequence[Sequence[Passage]]:
+        return self.clock.call(self.retriever.search, queries, k)

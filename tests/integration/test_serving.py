@@ -1,0 +1,244 @@
+"""The Serve app end to end over HTTP on 127.0.0.1: the tiny model as Generator, a real faiss index of
+world passages (MiniLM) as Retriever, TreeSearch autoscaled, bearer auth on.
+
+One app serves the whole module (replica start-up is the slow part); the last test shuts it down and
+checks that no Serve actor is left. Auth off, and every validation rule, are covered without Ray in
+tests/unit/test_serving_api.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from pathlib import Path
+
+import httpx
+import pyarrow.parquet as pq
+import pytest
+
+from raypipe.config import (
+    DecodeConfig,
+    EncoderConfig,
+    IndexConfig,
+    RaypipeConfig,
+    RetrievalConfig,
+    ServeConfig,
+)
+from raypipe.data.io import list_data_files
+from raypipe.retrieval.build import assemble_index
+from raypipe.retrieval.embed import ShardEmbedder, shard_path, source_stamp
+from raypipe.tokens import GROUP_TOKENS, Group
+
+pytestmark = pytest.mark.slow
+
+TOKEN_ENV = "RAYPIPE_TEST_SERVE_TOKEN"
+TOKEN = "test-token-123"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+APP = "raypipe-test"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def index_cfg(tmp_path_factory, world_dir) -> RetrievalConfig:
+    """A Flat index of one passage shard of the world, built with the pipeline's own embed + assemble."""
+    source = list_data_files(world_dir / "passages")[0]
+    out = tmp_path_factory.mktemp("serve_index")
+    embedder = ShardEmbedder(EncoderConfig(), batch_size=64, threads=1, rejects_dir=str(out / "rejects"))
+    embedder.embed_file(source, shard_path(out, source), source_stamp(source, EncoderConfig()))
+    index = IndexConfig(passages=str(source), out_dir=str(out), factory="Flat")
+    assemble_index(out, [source], True, index)
+    return RetrievalConfig(index=index)
+
+
+@pytest.fixture(scope="module")
+def passage_ids(index_cfg) -> set[str]:
+    source = Path(index_cfg.index.passages)
+    return set(pq.read_table(source, columns=["id"]).column("id").to_pylist())
+
+
+@pytest.fixture(scope="module")
+def app_cfg(tiny_model_dir, index_cfg) -> RaypipeConfig:
+    serve = ServeConfig(port=_free_port(), app_name=APP, generator=str(tiny_model_dir), auth_token_env=TOKEN_ENV,
+                        min_replicas=2, max_replicas=3, target_ongoing_requests=1.0, max_ongoing_requests=2,
+                        max_queued_requests=8, max_top_k=3, max_beam_width=2, max_depth_limit=2,
+                        max_tokens_limit=16, max_prompt_chars=300)
+    decode = DecodeConfig(engine="hf", top_k=2, beam_width=2, max_depth=2, max_new_tokens=8)
+    return RaypipeConfig(serve=serve, decode=decode, retrieval=index_cfg)
+
+
+@pytest.fixture(scope="module")
+def url(ray_cluster, app_cfg):
+    from ray import serve
+
+    from raypipe.serving.app import start_app
+
+    os.environ[TOKEN_ENV] = TOKEN
+    try:
+        yield start_app(app_cfg)
+    finally:
+        os.environ.pop(TOKEN_ENV, None)
+        serve.shutdown()
+
+
+@pytest.fixture(scope="module")
+def client(url):
+    with httpx.Client(base_url=url, headers=AUTH, timeout=120) as c:
+        yield c
+
+
+def test_answer_cites_retrieved_passages_with_normalized_critiques(client, passage_ids):
+    r = client.post("/v1/generate", json={"instruction": "Where was the painter born?", "mode": "always"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert isinstance(body["text"], str)
+    assert body["retrieval_count"] >= 1 and body["retrieved"]
+    assert body["citations"], "mode=always must cite the passage each segment was written from"
+    assert {c["passage_id"] for c in body["citations"]} <= passage_ids
+    first = body["critiques"][0]
+    assert first["citation"] == body["citations"][0]
+    is_rel = first["reflections"][Group.IS_REL.value]
+    assert set(is_rel) == set(GROUP_TOKENS[Group.IS_REL])
+    assert sum(is_rel.values()) == pytest.approx(1.0, abs=1e-5)
+    assert body["timings"]["generation_calls"] >= 1 and body["timings"]["retrieval_calls"] >= 1
+    assert body["timings"]["total_ms"] >= body["timings"]["decode_ms"] > 0
+    assert body["usage"]["prompt_tokens"] > 0
+
+
+def test_never_mode_retrieves_nothing(client):
+    body = client.post("/v1/generate", json={"instruction": "Write a short poem.", "mode": "never"}).json()
+    assert body["retrieval_count"] == 0 and body["citations"] == []
+    assert body["timings"]["retrieval_calls"] == 0
+
+
+@pytest.mark.parametrize(("payload", "field"), [
+    ({"input": "no instruction"}, "instruction"),
+    ({"instruction": ""}, "instruction"),
+    ({"instruction": "q", "top_k": 0}, "top_k"),
+    ({"instruction": "q", "mode": "sometimes"}, "mode"),
+    ({"instruction": "q", "threshold": 1.5}, "threshold"),
+    ({"instruction": "q", "forbid": ["[Maybe]"]}, "forbid"),
+    ({"instruction": "q", "beam": 2}, "beam"),
+])
+def test_invalid_request_is_422_naming_the_field(client, payload, field):
+    r = client.post("/v1/generate", json=payload)
+    assert r.status_code == 422
+    assert r.json()["error"]["param"] == field
+
+
+@pytest.mark.parametrize(("payload", "field", "setting"), [
+    ({"instruction": "q", "top_k": 4}, "top_k", "max_top_k"),
+    ({"instruction": "q", "beam_width": 3}, "beam_width", "max_beam_width"),
+    ({"instruction": "q", "max_depth": 3}, "max_depth", "max_depth_limit"),
+    ({"instruction": "q", "max_tokens": 17}, "max_tokens", "max_tokens_limit"),
+    ({"instruction": "q" * 200, "input": "x" * 101}, "input", "max_prompt_chars"),
+])
+def test_over_limit_parameters_are_422_naming_field_and_limit(client, payload, field, setting):
+    r = client.post("/v1/generate", json=payload)
+    assert r.status_code == 422
+    error = r.json()["error"]
+    assert error["param"] == field and f"serve.{setting}" in error["message"]
+
+
+def test_parameters_at_the_limits_are_served(client):
+    r = client.post("/v1/generate", json={"instruction": "q", "top_k": 3, "beam_width": 2, "max_depth": 2,
+                                          "max_tokens": 16, "mode": "always"})
+    assert r.status_code == 200, r.text
+    assert all(len(s["raw"]) > 0 for s in r.json()["critiques"])
+
+
+def test_auth_rejects_missing_and_wrong_tokens_but_not_healthz(url):
+    request = {"instruction": "q"}
+    assert httpx.post(f"{url}/v1/generate", json=request, timeout=60).status_code == 401
+    wrong = httpx.post(f"{url}/v1/generate", json=request, headers={"Authorization": "Bearer nope"}, timeout=60)
+    assert wrong.status_code == 401 and wrong.headers["www-authenticate"] == "Bearer"
+    invalid_unauthenticated = httpx.post(f"{url}/v1/generate", json={"top_k": 99}, timeout=60)
+    assert invalid_unauthenticated.status_code == 401
+    health = httpx.get(f"{url}/healthz", timeout=60)
+    assert health.status_code == 200 and health.json()["status"] == "ok"
+
+
+def test_openai_client_round_trip(url, app_cfg):
+    import openai
+
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key=TOKEN, max_retries=0)
+    assert [m.id for m in client.models.list()] == [app_cfg.serve.model_name]
+    completion = client.chat.completions.create(
+        model=app_cfg.serve.model_name,
+        messages=[{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "Who painted it?"}],
+        max_tokens=8, extra_body={"selfrag": {"mode": "always", "top_k": 2}},
+    )
+    assert completion.object == "chat.completion" and completion.model == app_cfg.serve.model_name
+    assert isinstance(completion.choices[0].message.content, str)
+    assert completion.usage.total_tokens == completion.usage.prompt_tokens + completion.usage.completion_tokens
+    extras = completion.model_extra["selfrag"]
+    assert extras["retrieval_count"] >= 1 and extras["citations"]
+    with pytest.raises(openai.UnprocessableEntityError, match="max_top_k"):
+        client.chat.completions.create(model="selfrag", messages=[{"role": "user", "content": "q"}],
+                                       extra_body={"selfrag": {"top_k": 50}})
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=f"{url}/v1", api_key="wrong", max_retries=0).chat.completions.create(
+            model="selfrag", messages=[{"role": "user", "content": "q"}])
+
+
+def test_concurrent_requests_share_engine_calls(url):
+    from ray import serve
+
+    generator = serve.get_deployment_handle("Generator", app_name=APP)
+    before = generator.batching_stats.remote().result()
+
+    async def burst() -> list[int]:
+        async with httpx.AsyncClient(base_url=url, headers=AUTH, timeout=120) as c:
+            replies = await asyncio.gather(*(c.post("/v1/generate", json={"instruction": f"Question {i}?",
+                                                                          "mode": "always"}) for i in range(4)))
+        return [r.status_code for r in replies]
+
+    assert asyncio.run(burst()) == [200] * 4
+    after = generator.batching_stats.remote().result()
+    calls, engine_calls = after["calls"] - before["calls"], after["engine_calls"] - before["engine_calls"]
+    assert engine_calls < calls, f"{calls} engine calls from 4 concurrent requests ran unbatched"
+
+
+def test_autoscaling_bounds_are_applied(url, app_cfg):
+    from ray import serve
+    from ray.serve.context import _get_global_client
+
+    app = serve.status().applications[APP]
+    tree_search = app.deployments["TreeSearch"]
+    assert tree_search.replica_states.get("RUNNING", 0) >= app_cfg.serve.min_replicas == 2
+    details = _get_global_client().get_serve_details()
+    autoscaling = details["applications"][APP]["deployments"]["TreeSearch"]["deployment_config"]["autoscaling_config"]
+    assert (autoscaling["min_replicas"], autoscaling["max_replicas"]) == (2, 3)
+    assert autoscaling["target_ongoing_requests"] == 1.0
+    assert app.deployments["Generator"].replica_states.get("RUNNING") == 1
+
+
+def test_over_capacity_answers_503_and_keeps_serving(client, url):
+    # capacity: 3 TreeSearch replicas at most x 2 ongoing + 8 queued = 14 requests; 40 arrive at once
+    async def flood() -> list[int]:
+        async with httpx.AsyncClient(base_url=url, headers=AUTH, timeout=120) as c:
+            replies = await asyncio.gather(*(c.post("/v1/generate", json={
+                "instruction": f"Tell me about person {i}.", "mode": "always", "max_tokens": 16,
+                "max_depth": 2}) for i in range(40)))
+        return [r.status_code for r in replies]
+
+    statuses = asyncio.run(flood())
+    assert set(statuses) == {200, 503}, statuses
+    assert statuses.count(200) >= 4
+    assert client.post("/v1/generate", json={"instruction": "still there?"}).status_code == 200
+
+
+def test_shutdown_leaves_no_serve_actors(url):
+    """Runs last: shuts the module's app down."""
+    import ray
+    from ray import serve
+
+    assert any(a["namespace"] == "serve" for a in ray.util.list_named_actors(all_namespaces=True))
+    serve.shutdown()
+    left = [a for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == "serve"]
+    assert left == []

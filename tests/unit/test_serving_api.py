@@ -1,0 +1,259 @@
+"""The HTTP API without Ray: FastAPI's test client over `build_api` with an in-process backend.
+
+Covers validation (422 naming the field), the server's limits, auth on and off, the mapping of
+overload and timeouts to 503/504, and OpenAI compatibility of the chat response (checked against the
+openai package's own response model)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from raypipe.config import DecodeConfig, RaypipeConfig, ServeConfig
+from raypipe.errors import ConfigError
+from raypipe.inference.selfrag import DecodeRequest
+from raypipe.serving.api import DecodeTimeout, Overloaded, build_api
+from raypipe.serving.auth import token_digest
+from raypipe.serving.schemas import check_defaults_within_limits, request_models
+
+LIMITS = ServeConfig(max_top_k=5, max_beam_width=3, max_depth_limit=4, max_tokens_limit=64, max_prompt_chars=100,
+                     retry_after_s=7)
+CFG = RaypipeConfig(serve=LIMITS, decode=DecodeConfig(top_k=3, beam_width=2, max_depth=2, max_new_tokens=32))
+
+
+class EchoBackend:
+    """Answers with the instruction reversed and one citation per retrieval it was asked to make, and
+    remembers what it was asked."""
+
+    def __init__(self, fail: Exception | None = None):
+        self.fail = fail
+        self.seen: list[tuple[DecodeRequest, DecodeConfig]] = []
+
+    async def decode(self, request: DecodeRequest, cfg: DecodeConfig) -> dict[str, Any]:
+        self.seen.append((request, cfg))
+        if self.fail:
+            raise self.fail
+        citations = [{"passage_id": f"p{i}", "title": f"T{i}"} for i in range(cfg.top_k if cfg.mode == "always" else 0)]
+        return {"text": request.instruction[::-1], "raw": request.instruction[::-1], "score": 0.5,
+                "n_retrievals": len(citations) and 1, "retrieved": bool(citations), "citations": citations,
+                "segments": [], "option": None, "option_scores": {}, "constraints_relaxed": False,
+                "timings": {"decode_ms": 2.0}, "usage": {"prompt_tokens": 11, "completion_tokens": 4}}
+
+
+def _client(backend: EchoBackend, token: str | None = None) -> TestClient:
+    return TestClient(build_api(CFG, backend, token_digest(token) if token else None))
+
+
+@pytest.fixture
+def backend() -> EchoBackend:
+    return EchoBackend()
+
+
+@pytest.fixture
+def client(backend) -> TestClient:
+    return _client(backend)
+
+
+def test_generate_applies_per_request_controls_over_the_defaults(client, backend):
+    r = client.post("/v1/generate", json={"instruction": "abc", "input": "ctx", "mode": "always", "top_k": 4,
+                                          "threshold": 0.7, "beam_width": 3, "max_depth": 4, "w_is_sup": 2.5,
+                                          "forbid": ["[No support / Contradictory]"], "max_tokens": 20})
+    assert r.status_code == 200, r.text
+    request, cfg = backend.seen[-1]
+    assert request == DecodeRequest(instruction="abc", input="ctx")
+    assert (cfg.mode, cfg.top_k, cfg.threshold, cfg.beam_width, cfg.max_depth) == ("always", 4, 0.7, 3, 4)
+    assert (cfg.w_is_sup, cfg.w_is_rel, cfg.max_new_tokens) == (2.5, 1.0, 20)
+    assert cfg.forbid == ["[No support / Contradictory]"]
+    body = r.json()
+    assert body["text"] == "cba" and len(body["citations"]) == 4 and body["retrieval_count"] == 1
+    assert body["timings"]["decode_ms"] == 2.0 and "total_ms" in body["timings"]
+
+
+def test_unset_controls_keep_the_server_defaults(client, backend):
+    client.post("/v1/generate", json={"instruction": "q"})
+    assert backend.seen[-1][1] == CFG.decode
+
+
+@pytest.mark.parametrize(("payload", "field"), [
+    ({}, "instruction"),
+    ({"instruction": ""}, "instruction"),
+    ({"instruction": 3}, "instruction"),
+    ({"instruction": "q", "mode": "often"}, "mode"),
+    ({"instruction": "q", "threshold": -0.1}, "threshold"),
+    ({"instruction": "q", "top_k": 0}, "top_k"),
+    ({"instruction": "q", "beam_width": "two"}, "beam_width"),
+    ({"instruction": "q", "w_is_rel": "nan"}, "w_is_rel"),
+    ({"instruction": "q", "forbid": ["[Retrieval]", "[Nope]"]}, "forbid"),
+    ({"instruction": "q", "temperature": 0.5}, "temperature"),
+])
+def test_invalid_generate_request_is_422_naming_the_field(client, backend, payload, field):
+    r = client.post("/v1/generate", json=payload)
+    assert r.status_code == 422
+    body = r.json()
+    assert body["error"]["param"] == field and body["error"]["message"].startswith(f"{field}: ")
+    assert body["detail"][0]["loc"][-1] == field
+    assert backend.seen == []
+
+
+@pytest.mark.parametrize(("payload", "field", "setting"), [
+    ({"instruction": "q", "top_k": 6}, "top_k", "max_top_k"),
+    ({"instruction": "q", "beam_width": 4}, "beam_width", "max_beam_width"),
+    ({"instruction": "q", "max_depth": 5}, "max_depth", "max_depth_limit"),
+    ({"instruction": "q", "max_tokens": 65}, "max_tokens", "max_tokens_limit"),
+    ({"instruction": "q" * 101}, "instruction", "max_prompt_chars"),
+    ({"instruction": "q" * 60, "input": "i" * 41}, "input", "max_prompt_chars"),
+])
+def test_over_limit_is_422_naming_field_and_setting(client, payload, field, setting):
+    r = client.post("/v1/generate", json=payload)
+    assert r.status_code == 422
+    error = r.json()["error"]
+    assert error["param"] == field and f"serve.{setting}" in error["message"]
+
+
+def test_values_at_the_limits_pass(client):
+    r = client.post("/v1/generate", json={"instruction": "q" * 60, "input": "i" * 40, "top_k": 5, "beam_width": 3,
+                                          "max_depth": 4, "max_tokens": 64})
+    assert r.status_code == 200
+
+
+def _chat(**extra: Any) -> dict[str, Any]:
+    return {"model": "selfrag", "messages": [{"role": "system", "content": "Be brief."},
+                                             {"role": "user", "content": "Who wrote it?"}], **extra}
+
+
+def test_chat_completion_is_an_openai_chat_completion(client, backend):
+    from openai.types.chat import ChatCompletion
+
+    r = client.post("/v1/chat/completions", json=_chat(max_tokens=12, temperature=0.3, user="u1",
+                                                       selfrag={"mode": "always", "top_k": 2}))
+    assert r.status_code == 200, r.text
+    completion = ChatCompletion.model_validate(r.json())
+    assert completion.choices[0].message.content == "?ti etorw ohW"
+    assert completion.usage.total_tokens == 15
+    assert len(completion.model_extra["selfrag"]["citations"]) == 2
+    request, cfg = backend.seen[-1]
+    assert request == DecodeRequest(instruction="Who wrote it?", input="system: Be brief.")
+    assert (cfg.mode, cfg.top_k, cfg.max_new_tokens) == ("always", 2, 12)
+
+
+def test_chat_text_parts_and_max_completion_tokens(client, backend):
+    body = _chat(max_tokens=5, max_completion_tokens=9)
+    body["messages"] = [{"role": "user", "content": [{"type": "text", "text": "Part one, "},
+                                                      {"type": "text", "text": "part two."}]}]
+    assert client.post("/v1/chat/completions", json=body).status_code == 200
+    request, cfg = backend.seen[-1]
+    assert request.instruction == "Part one, part two." and request.input == ""
+    assert cfg.max_new_tokens == 9
+
+
+@pytest.mark.parametrize(("payload", "field"), [
+    ({"messages": [{"role": "user", "content": "q"}]}, "model"),
+    (_chat(messages=[]), "messages"),
+    (_chat(messages=[{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]), "messages"),
+    (_chat(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]),
+     "messages.0.content"),
+    (_chat(messages=[{"role": "user", "content": "q" * 101}]), "messages"),
+    (_chat(stream=True), "stream"),
+    (_chat(n=2), "n"),
+    (_chat(max_tokens=65), "max_tokens"),
+    (_chat(selfrag={"top_k": 6}), "selfrag.top_k"),
+    (_chat(selfrag={"beam": 2}), "selfrag.beam"),
+])
+def test_invalid_chat_request_is_422_naming_the_field(client, payload, field):
+    r = client.post("/v1/chat/completions", json=payload)
+    assert r.status_code == 422
+    assert r.json()["error"]["param"].startswith(field)
+
+
+def test_auth_off_serves_without_a_token(client):
+    assert client.post("/v1/generate", json={"instruction": "q"}).status_code == 200
+    assert client.get("/v1/models").json()["data"][0]["id"] == "selfrag"
+
+
+def test_auth_on_requires_the_bearer_token(backend):
+    client = _client(backend, token="s3cret")
+    assert client.post("/v1/generate", json={"instruction": "q"}).status_code == 401
+    for header in ("Bearer wrong", "s3cret", "Basic s3cret"):
+        r = client.post("/v1/generate", json={"instruction": "q"}, headers={"Authorization": header})
+        assert r.status_code == 401 and r.headers["WWW-Authenticate"] == "Bearer"
+    assert client.post("/v1/chat/completions", json=_chat()).status_code == 401
+    assert client.get("/v1/models").status_code == 401
+    assert backend.seen == []
+    ok = client.post("/v1/generate", json={"instruction": "q"}, headers={"Authorization": "Bearer s3cret"})
+    assert ok.status_code == 200
+    assert client.get("/healthz").status_code == 200
+
+
+def test_overload_is_503_with_retry_after():
+    r = _client(EchoBackend(fail=Overloaded("queue full"))).post("/v1/generate", json={"instruction": "q"})
+    assert r.status_code == 503 and r.headers["Retry-After"] == "7"
+    assert "queue full" in r.json()["error"]["message"]
+
+
+def test_timeout_is_504():
+    r = _client(EchoBackend(fail=DecodeTimeout("too slow"))).post("/v1/chat/completions", json=_chat())
+    assert r.status_code == 504 and r.json()["error"]["message"] == "too slow"
+
+
+def test_defaults_beyond_the_limits_are_refused_at_startup():
+    with pytest.raises(ConfigError, match=r"decode.top_k=9 > serve.max_top_k=5.*decode.max_new_tokens=100"):
+        check_defaults_within_limits(LIMITS, DecodeConfig(top_k=9, max_new_tokens=100))
+    with pytest.raises(ConfigError, match="max_top_k"):
+        build_api(RaypipeConfig(serve=LIMITS, decode=DecodeConfig(top_k=9)), EchoBackend(), None)
+
+
+def test_limits_differ_per_server():
+    tight, loose = request_models(ServeConfig(max_top_k=2)), request_models(ServeConfig(max_top_k=50))
+    assert loose.generate.model_validate({"instruction": "q", "top_k": 30}).top_k == 30
+    with pytest.raises(ValueError, match="max_top_k"):
+        tight.generate.model_validate({"instruction": "q", "top_k": 3})
+
+
+class _Response:
+    """A DeploymentResponse stand-in: awaits `result` (or never finishes), records cancel()."""
+
+    def __init__(self, result: Any = None, error: Exception | None = None, hang: bool = False):
+        self.result, self.error, self.hang, self.cancelled = result, error, hang, False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+    def __await__(self):
+        return self._wait().__await__()
+
+    async def _wait(self) -> Any:
+        if self.hang:
+            await asyncio.Event().wait()
+        if self.error:
+            raise self.error
+        return self.result
+
+
+class _Handle:
+    def __init__(self, response: _Response):
+        self.response = response
+        self.decode = self
+
+    def remote(self, *_: Any) -> _Response:
+        return self.response
+
+
+def test_tree_search_backend_maps_backpressure_and_deadline():
+    from ray.serve.exceptions import BackPressureError
+
+    from raypipe.serving.deployments import TreeSearchBackend
+
+    request, cfg = DecodeRequest("q"), DecodeConfig()
+    ok = TreeSearchBackend(_Handle(_Response(result={"text": "a"})), timeout_s=5)
+    assert asyncio.run(ok.decode(request, cfg)) == {"text": "a"}
+    full = TreeSearchBackend(_Handle(_Response(error=BackPressureError(num_queued_requests=4, max_queued_requests=4))),
+                             timeout_s=5)
+    with pytest.raises(Overloaded, match="max_queued_requests=4"):
+        asyncio.run(full.decode(request, cfg))
+    hanging = _Response(hang=True)
+    with pytest.raises(DecodeTimeout, match="0.05"):
+        asyncio.run(TreeSearchBackend(_Handle(hanging), timeout_s=0.05).decode(request, cfg))
+    assert hanging.cancelled

@@ -1,0 +1,41 @@
+"""The app builder's checks and config plumbing, without starting Ray."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from raypipe.config import DecodeConfig, RaypipeConfig, ServeConfig
+from raypipe.errors import ConfigError
+from raypipe.serving.app import app_from_config, autoscaling_config, build_app, resolve_paths
+
+
+def test_relative_model_and_index_paths_become_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = resolve_paths(RaypipeConfig(serve=ServeConfig(generator="models/gen")))
+    assert cfg.serve.generator == str(tmp_path / "models" / "gen")
+    assert Path(cfg.retrieval.index.out_dir).is_absolute()
+    assert cfg.retrieval.index.out_dir.endswith("runs/demo/index")
+    assert cfg.retrieval.encoder.path is None  # the packaged MiniLM: no path to resolve
+
+
+def test_autoscaling_config_carries_the_serve_settings():
+    serve = ServeConfig(min_replicas=2, max_replicas=5, target_ongoing_requests=3.0, upscale_delay_s=1.5,
+                        downscale_delay_s=7.0, look_back_period_s=4.0, metrics_interval_s=0.5)
+    assert autoscaling_config(serve) == {"min_replicas": 2, "max_replicas": 5, "target_ongoing_requests": 3.0,
+                                         "upscale_delay_s": 1.5, "downscale_delay_s": 7.0,
+                                         "look_back_period_s": 4.0, "metrics_interval_s": 0.5}
+
+
+def test_builder_args_are_checked():
+    with pytest.raises(ConfigError, match="overides"):
+        app_from_config({"config": None, "overides": ["serve.port=1"]})
+    with pytest.raises(ConfigError, match="config file not found"):
+        app_from_config({"config": "no/such/file.yaml"})
+
+
+def test_defaults_beyond_the_request_limits_refuse_to_build():
+    cfg = RaypipeConfig(serve=ServeConfig(max_beam_width=2), decode=DecodeConfig(beam_width=4))
+    with pytest.raises(ConfigError, match="decode.beam_width=4 > serve.max_beam_width=2"):
+        build_app(cfg)
