@@ -78,6 +78,13 @@ COMMANDS: dict[str, Command] = {
          ("--out", "eval.out_dir", str, "output folder"),
          ("--limit", "eval.limit", int, "rows per eval set")),
     ),
+    "serve": Command(
+        "raypipe.serving.app:run_serve",
+        "serve Self-RAG on Ray Serve (HTTP + OpenAI-compatible API) until Ctrl-C",
+        (("--host", "serve.host", str, "bind address"),
+         ("--port", "serve.port", int, "HTTP port"),
+         ("--generator", "serve.generator", str, "generator model folder")),
+    ),
 }
 
 
