@@ -263,7 +263,7 @@ class TrainConfig(Section):
     #: DeepSpeed JSON template; its "auto" values are filled from this section
     deepspeed_config: str = "configs/deepspeed/zero3.json"
     zero_stage: int = Field(3, ge=0, le=3)
-    #: `auto` = bf16 on GPUs that support it, fp32 on CPU
+    #: `auto` = bf16 on GPU workers, fp32 on CPU workers (set fp32 for GPUs without bf16, e.g. V100)
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     #: optimizer steps between checkpoints (one is also written at the end of every epoch)
     checkpoint_every: int = Field(100, ge=1)
@@ -277,12 +277,18 @@ class TrainConfig(Section):
     seed: int = 0
 
 
+class GeneratorTrainConfig(TrainConfig):
+    """The generator's defaults (Self-RAG Eq. 2: retrieved passages masked). A subclass rather than a
+    default instance, so that overriding one key of `training.generator` keeps the others."""
+
+    data: str = "runs/demo/gen_data/data"
+    out_dir: str = "runs/demo/models/generator"
+    stages: list[TrainStage] = [TrainStage(mask=["prompt", "paragraph"])]
+
+
 class TrainingConfig(Section):
     critic: TrainConfig = TrainConfig()
-    generator: TrainConfig = TrainConfig(
-        data="runs/demo/gen_data/data", out_dir="runs/demo/models/generator",
-        stages=[TrainStage(mask=["prompt", "paragraph"])],
-    )
+    generator: GeneratorTrainConfig = GeneratorTrainConfig()
 
 
 # --- augmentation --------------------------------------------------------------------------------
@@ -306,9 +312,11 @@ class AugmentConfig(Section):
     #: actors per critic stage (three critic stages) and per retrieval stage (two)
     critic_actors: int = Field(1, ge=1)
     retriever_actors: int = Field(1, ge=1)
-    #: CPU share of one actor: fractional so that all five stage pools fit on a 2-core laptop
-    critic_cpus: float = Field(0.4, gt=0)
-    retriever_cpus: float = Field(0.4, gt=0)
+    #: CPU share of one actor, and of one stateless task (read, validate, segment, render):
+    #: fractional so that five stage pools plus the tasks fit on a 2-core laptop
+    critic_cpus: float = Field(0.25, gt=0)
+    retriever_cpus: float = Field(0.25, gt=0)
+    task_cpus: float = Field(0.25, gt=0)
     #: GPU share of one critic actor when CUDA is present
     critic_gpus: float = Field(0.25, gt=0)
     #: rows per Ray Data batch, and prompts per critic forward pass

@@ -1,0 +1,161 @@
+"""Training throughput and memory on Ray Train + DeepSpeed, in one run:
+
+1. tokens/s and peak memory per worker with 1 vs 2 workers (ZeRO-3, same micro-batch per worker, so
+   the 2-worker global batch is twice as large; the 1-worker run is the baseline);
+2. per-rank model-state memory (parameters + gradients + optimizer states, summed over the tensors each
+   rank really holds, see raypipe/training/memory.py) under ZeRO-3 vs plain data parallelism (ZeRO
+   stage 0) at 2 workers; DDP is the baseline. ZeRO-3 runs with the persistence threshold at 0 so the
+   tiny model's small matrices are partitioned as a large model's would be. With Adam in fp32, DDP
+   holds 16 bytes/param (weights, grads, 2 moments); ZeRO-3 on N ranks holds (4 + 4 + 4 + 8) / N
+   (working weights, fp32 master copy, grads, moments): 20/32 = 0.625 at N = 2; in bf16 about 1/N.
+
+All three runs train the same tiny model on the same encoded critic-style data (encoded once).
+Throughput counts every optimizer step but the first (warm-up).
+
+    python benchmarks/training.py            # full run
+    python benchmarks/training.py --quick    # ~1-1.5 min, most of it Ray Train worker start-up
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks._common import timer, write_result  # noqa: E402
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+logger = logging.getLogger("benchmarks.training")
+
+REPO = Path(__file__).resolve().parent.parent
+SIZES = {  # model shape, training rows, optimizer steps per run
+    "quick": {"hidden": 64, "layers": 2, "vocab": 512, "rows": 256, "steps": 8},
+    "full": {"hidden": 256, "layers": 4, "vocab": 4096, "rows": 4096, "steps": 60},
+}
+CITIES = ["Velmora", "Ostrava", "Kelden", "Marrow", "Tillby", "Quensa", "Arnhal", "Sorrel"]
+
+
+def build_inputs(work: Path, size: dict) -> tuple[Path, Path]:
+    """A tiny base model and D_critic-shaped rows (prompt in the generator format, IsRel target)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from raypipe.config import TinyModelConfig
+    from raypipe.models import build_tiny_model
+    from raypipe.prompts import format_generator_prompt
+    from raypipe.tokens import IRRELEVANT, RELEVANT
+
+    rows = []
+    for i in range(size["rows"]):
+        city = CITIES[i % len(CITIES)]
+        relevant = i % 2 == 0
+        evidence = f"{city} is a city on the river {CITIES[(i + 3) % len(CITIES)]}." if relevant \
+            else f"Item {i} is a cat that sleeps all day."
+        prompt = format_generator_prompt(f"Question: where is {city}?\nEvidence: {evidence}\nIs it relevant?")
+        rows.append({"id": f"b{i:06d}", "prompt": prompt, "target": RELEVANT if relevant else IRRELEVANT})
+    data = work / "d_critic"
+    data.mkdir()
+    pq.write_table(pa.Table.from_pylist(rows), data / "part-00000.parquet")
+    model_dir = work / "base"
+    cfg = TinyModelConfig(out_dir=str(model_dir), vocab_size=size["vocab"], hidden_size=size["hidden"],
+                          intermediate_size=2 * size["hidden"], num_hidden_layers=size["layers"],
+                          num_attention_heads=4, max_position_embeddings=256, tokenizer_train_texts=len(rows))
+    build_tiny_model(cfg, (r["prompt"] for r in rows), model_dir)
+    return model_dir, data
+
+
+def partition_everything_config(work: Path) -> Path:
+    """The repo's ZeRO-3 template with the persistence threshold at 0: every matrix of a tiny model is
+    below the default 1e4 elements and would stay whole on every rank, unlike a 7B model's matrices."""
+    template = json.loads((REPO / "configs" / "deepspeed" / "zero3.json").read_text())
+    template["zero_optimization"]["stage3_param_persistence_threshold"] = 0
+    path = work / "zero3_partition_all.json"
+    path.write_text(json.dumps(template))
+    return path
+
+
+def run_once(name: str, work: Path, model_dir: Path, data_dir: Path, encoded, size: dict, *,
+             num_workers: int, zero_stage: int, precision: str) -> dict:
+    from raypipe.config import TrainConfig, TrainStage
+    from raypipe.training.data import plan_steps
+    from raypipe.training.trainer import StageData, fit_stage
+
+    tc = TrainConfig(base_model=str(model_dir), data=str(data_dir), out_dir=str(work / name),
+                     num_workers=num_workers, zero_stage=zero_stage, precision=precision, micro_batch_size=8,
+                     max_length=128, cpus_per_worker=1.0, checkpoint_every=10**6, log_every=10**6,
+                     deepspeed_config=str(partition_everything_config(work)))
+    plan = plan_steps(encoded.encode_stats["rows_train"], num_workers, tc.micro_batch_size, tc.grad_accum, name)
+    stage = TrainStage(name=name, lr=1e-3, mask=["prompt"], epochs=size["steps"] / plan.steps_per_epoch)
+    stats = fit_stage(tc, stage, str(model_dir), StageData(encoded.dataset, encoded.encode_stats, plan),
+                      work / name, work / name)
+    state = stats["model_state_bytes_rank0"]
+    logger.info("%s: %.0f tokens/s, peak %.0f MiB/worker, model state %.2f MiB/rank", name,
+                stats["tokens_per_s"], stats["peak_memory_mib"], stats["model_state_mib_per_rank"])
+    return {"num_workers": num_workers, "zero_stage": zero_stage, "steps": stats["steps"],
+            "global_batch": plan.global_batch, "tokens_per_s": round(stats["tokens_per_s"], 1),
+            "peak_memory_mib_per_worker": round(stats["peak_memory_mib"], 1),
+            "model_state_mib_per_rank": round(stats["model_state_mib_per_rank"], 4),
+            "model_state_bytes_rank0": state, "final_loss": stats["final_loss"], "seconds": stats["seconds"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small model and few steps")
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    for noisy in ("ray", "ray.data", "ray.train"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    size = SIZES["quick" if args.quick else "full"]
+
+    import ray
+
+    from raypipe.config import RayConfig, TrainConfig, TrainStage
+    from raypipe.models import load_model
+    from raypipe.runtime import ensure_ray
+    from raypipe.training.trainer import encode_stage
+
+    with tempfile.TemporaryDirectory(prefix="raypipe-bench-train-") as tmp, timer() as total:
+        work = Path(tmp)
+        model_dir, data_dir = build_inputs(work, size)
+        n_params = sum(p.numel() for p in load_model(model_dir, device="cpu")[0].parameters())
+        ensure_ray(RayConfig(num_cpus=2))
+        encoded = encode_stage(TrainConfig(base_model=str(model_dir), data=str(data_dir), max_length=128),
+                               TrainStage(mask=["prompt"]), str(model_dir), work)
+        runs = {name: run_once(name, work, model_dir, data_dir, encoded, size, num_workers=w, zero_stage=z,
+                               precision=args.precision)
+                for name, w, z in (("zero3_1_worker", 1, 3), ("zero3_2_workers", 2, 3), ("ddp_2_workers", 2, 0))}
+        ray.shutdown()  # flush the workers' log lines now, so the summary below is the last line
+
+    one, two, ddp = runs["zero3_1_worker"], runs["zero3_2_workers"], runs["ddp_2_workers"]
+    ratio = two["model_state_mib_per_rank"] / ddp["model_state_mib_per_rank"]
+    by_part = {part: round(two["model_state_bytes_rank0"][part] / ddp["model_state_bytes_rank0"][part], 3)
+               for part in ("params", "grads", "optimizer")}
+    payload = {
+        "mode": "quick" if args.quick else "full", "precision": args.precision, "model_params": n_params,
+        "size": size,
+        "tokens_per_s_1_worker": one["tokens_per_s"], "tokens_per_s_2_workers": two["tokens_per_s"],
+        "tokens_per_s_2_vs_1_ratio": round(two["tokens_per_s"] / one["tokens_per_s"], 3),
+        "peak_memory_mib_per_worker_1_worker": one["peak_memory_mib_per_worker"],
+        "peak_memory_mib_per_worker_2_workers": two["peak_memory_mib_per_worker"],
+        "model_state_mib_per_rank_zero3": two["model_state_mib_per_rank"],
+        "model_state_mib_per_rank_ddp": ddp["model_state_mib_per_rank"],
+        "zero3_vs_ddp_model_state_ratio": round(ratio, 3),
+        "zero3_vs_ddp_ratio_by_part": by_part,
+        "runs": runs, "seconds": round(total.seconds, 1),
+    }
+    path = write_result("training", payload)
+    print(f"training: {one['tokens_per_s']:.0f} tokens/s on 1 worker, {two['tokens_per_s']:.0f} on 2 "
+          f"({payload['tokens_per_s_2_vs_1_ratio']:.2f}x); ZeRO-3 model state per rank = {ratio:.3f} x DDP "
+          f"({args.precision}); {path}")
+
+
+if __name__ == "__main__":
+    main()

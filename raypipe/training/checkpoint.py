@@ -1,0 +1,69 @@
+"""Checkpoints: DeepSpeed's sharded state plus our position in the data, reported to Ray Train.
+
+Every rank writes its own ZeRO partition into a local folder and reports it; Ray Train merges the
+folders into one checkpoint directory in the run's storage (distributed checkpointing). Rank 0 adds
+`train_state.json`: the optimizer step, the epoch, the micro-batches consumed in that epoch and the
+metric history, which is what lets a restarted worker group continue at the same step on the same
+data (Ray Train hands the latest checkpoint back through ``get_checkpoint()``).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: DeepSpeed checkpoint tag (subfolder) inside each checkpoint directory
+DS_TAG = "ds"
+STATE_FILE = "train_state.json"
+#: subfolder of the final checkpoint holding the exported HF model
+MODEL_DIR = "model"
+
+
+@dataclass
+class TrainState:
+    step: int = 0
+    epoch: int = 0
+    #: micro-batches of `epoch` each rank has consumed; a resumed rank skips this many
+    micro_batches_done: int = 0
+    history: list[dict[str, Any]] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    def save(self, folder: Path) -> None:
+        (folder / STATE_FILE).write_text(json.dumps(asdict(self), indent=1))
+
+    @classmethod
+    def load(cls, folder: Path) -> TrainState:
+        return cls(**json.loads((folder / STATE_FILE).read_text()))
+
+
+def save_checkpoint(engine: Any, state: TrainState, metrics: dict[str, Any], rank: int,
+                    add_files: Callable[[Path], None] | None = None) -> None:
+    """Collective: every rank saves its shard and calls ``ray.train.report`` (a barrier in Ray Train).
+    `add_files(folder)` runs on every rank before the report (the final export writes there)."""
+    import ray.train
+
+    with tempfile.TemporaryDirectory(prefix="raypipe-ckpt-") as tmp:
+        folder = Path(tmp)
+        engine.save_checkpoint(str(folder), tag=DS_TAG)
+        if rank == 0:
+            state.save(folder)
+        if add_files is not None:
+            add_files(folder)
+        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(str(folder)))
+
+
+def restore_checkpoint(engine: Any) -> TrainState | None:
+    """Load the latest reported checkpoint into `engine` (weights, optimizer, lr schedule) and return
+    the saved position; None on a fresh start."""
+    import ray.train
+
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is None:
+        return None
+    with checkpoint.as_directory() as folder:
+        engine.load_checkpoint(folder, tag=DS_TAG)
+        return TrainState.load(Path(folder))

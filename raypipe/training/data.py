@@ -1,0 +1,189 @@
+"""Training data on Ray Data: read, encode with the stage's mask, order deterministically, shard.
+
+Encoding runs as Ray Data tasks across the cluster and is materialized before the workers start, so
+the row count (hence the lr schedule's length) is known up front and the workers receive their shards
+through ``get_dataset_shard``. The order is a pure function of the data and the seed (rows sorted by a
+hash of seed, id and text, then cut into a fixed number of equal blocks), and the shard split runs with
+``preserve_order``; a resumed run therefore sees the same rows in the same order and can skip the
+micro-batches it already consumed (see ``loop.py``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+from collections import Counter
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from raypipe.data.io import list_data_files, write_jsonl
+from raypipe.errors import ConfigError, DataError
+from raypipe.training.encode import IGNORE_INDEX, EncodedExample, encode_row
+
+logger = logging.getLogger(__name__)
+
+#: blocks per worker after the deterministic sort; enough for streaming, few enough to stay cheap
+BLOCKS_PER_WORKER = 4
+_TOKEN_LIST = pa.list_(pa.int32())
+#: reject reasons (stats keys)
+BAD_ROW = "bad_row"
+NO_LOSS = "no_loss_tokens"
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """How many optimizer steps an epoch holds for a given row count and batch geometry.
+
+    Ray's equal shard split gives each worker ``rows // num_workers`` rows; a worker's last partial
+    micro-batch and a trailing run of micro-batches shorter than ``grad_accum`` are not used, so every
+    rank takes exactly the same number of steps (DeepSpeed's collectives require it).
+    """
+
+    rows: int
+    num_workers: int
+    micro_batch_size: int
+    grad_accum: int
+
+    @property
+    def global_batch(self) -> int:
+        return self.micro_batch_size * self.grad_accum * self.num_workers
+
+    @property
+    def micro_batches_per_epoch(self) -> int:
+        return self.steps_per_epoch * self.grad_accum
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return (self.rows // self.num_workers) // self.micro_batch_size // self.grad_accum
+
+    @property
+    def rows_unused_per_epoch(self) -> int:
+        return self.rows - self.steps_per_epoch * self.global_batch
+
+    def total_steps(self, epochs: float) -> int:
+        return max(1, math.ceil(epochs * self.steps_per_epoch))
+
+
+@lru_cache(maxsize=4)
+def _tokenizer(path: str) -> Any:
+    """One tokenizer per Ray worker process (tasks reuse processes), not one per batch."""
+    from raypipe.models import load_tokenizer
+
+    return load_tokenizer(path)
+
+
+def _order_key(seed: int, row: dict[str, Any]) -> int:
+    text = "\0".join(str(row.get(k) or "") for k in ("prompt", "target", "instruction", "input", "output"))
+    digest = hashlib.blake2b(f"{seed}\0{row.get('id')}\0{text}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def encode_table(batch: pa.Table, *, tokenizer_path: str, mask: list[str], max_length: int,
+                 seed: int) -> pa.Table:
+    """Ray Data batch function: rows of either shape -> id, path, input_ids, labels, counters, order,
+    and `reject` (empty, or why the row cannot be trained on)."""
+    tokenizer = _tokenizer(tokenizer_path)
+    rows = batch.to_pylist()
+    encoded: list[EncodedExample] = []
+    rejects: list[str] = []
+    for row in rows:
+        try:
+            example = encode_row(row, tokenizer, mask, max_length)
+            reject = "" if example.n_loss_tokens else f"{NO_LOSS}: nothing left after truncation to {max_length}"
+        except DataError as exc:
+            example, reject = EncodedExample([], [], truncated=False), f"{BAD_ROW}: {exc}"
+        encoded.append(example)
+        rejects.append(reject)
+    return pa.table({
+        "id": pa.array([str(r.get("id")) for r in rows], pa.string()),
+        "path": pa.array([r.get("path") for r in rows], pa.string()),
+        "input_ids": pa.array([e.input_ids for e in encoded], _TOKEN_LIST),
+        "labels": pa.array([e.labels for e in encoded], _TOKEN_LIST),
+        "n_tokens": pa.array([len(e.input_ids) for e in encoded], pa.int64()),
+        "n_loss_tokens": pa.array([e.n_loss_tokens for e in encoded], pa.int64()),
+        "truncated": pa.array([int(e.truncated) for e in encoded], pa.int64()),
+        "rejected": pa.array([int(bool(r)) for r in rejects], pa.int64()),
+        "reject": pa.array(rejects, pa.string()),
+        "order": pa.array([_order_key(seed, r) for r in rows], pa.int64()),
+    })
+
+
+def _read(files: list[Path]) -> Any:
+    import ray
+
+    suffixes = {f.suffix for f in files}
+    paths = [str(f.resolve()) for f in files]  # tasks may run in another working directory
+    if suffixes == {".parquet"}:
+        return ray.data.read_parquet(paths, include_paths=True)
+    if suffixes <= {".jsonl", ".json"}:
+        return ray.data.read_json(paths, lines=True, include_paths=True)
+    raise DataError(f"training data mixes file formats {sorted(suffixes)}; use one", file=str(files[0].parent))
+
+
+def encode_dataset(data: str, tokenizer_path: str, mask: list[str], max_length: int, seed: int,
+                   num_workers: int, rejects_path: Path) -> tuple[Any, dict[str, Any]]:
+    """The materialized, encoded, deterministically ordered training set and its encoding stats.
+
+    Malformed rows (no target, an unclosed <paragraph>) and rows left with no loss token after
+    truncation (a prompt longer than max_length, which would make the loss NaN) go to `rejects_path`
+    with the reason and are counted by reason.
+    """
+    files = list_data_files(data)
+    ds = _read(files)
+    ds.context.execution_options.preserve_order = True
+    ds = ds.map_batches(encode_table, batch_format="pyarrow", zero_copy_batch=True,
+                        fn_kwargs={"tokenizer_path": tokenizer_path, "mask": list(mask),
+                                   "max_length": max_length, "seed": seed})
+    encoded = ds.materialize()
+    rows = encoded.count()
+    sums = encoded.sum(["n_tokens", "n_loss_tokens", "truncated", "rejected"]) if rows else {}
+    rejects: list[dict[str, Any]] = []
+    if sums.get("sum(rejected)"):
+        rejects = encoded.filter(expr="rejected == 1").select_columns(["id", "path", "reject"]).take_all()
+        write_jsonl(({"id": r["id"], "file": r["path"], "reason": r["reject"]} for r in rejects), rejects_path)
+        logger.warning("%d rows rejected; ids and reasons in %s", len(rejects), rejects_path)
+    kept = rows - len(rejects)
+    if kept == 0:
+        raise DataError(f"no row can be trained on; reasons in {rejects_path}" if rows else "no rows", file=data)
+    train = (encoded.filter(expr="rejected == 0").sort("order")
+             .repartition(max(1, min(kept, num_workers * BLOCKS_PER_WORKER)))
+             .select_columns(["id", "input_ids", "labels"]).materialize())
+    reasons = Counter(r["reject"].split(":", 1)[0] for r in rejects)
+    stats = {
+        "files": len(files), "rows_read": rows, "rows_truncated": int(sums.get("sum(truncated)", 0)),
+        "rows_rejected": {reason: reasons[reason] for reason in (BAD_ROW, NO_LOSS)}, "rows_train": kept,
+        "tokens": int(sums.get("sum(n_tokens)", 0)), "loss_tokens": int(sums.get("sum(n_loss_tokens)", 0)),
+    }
+    return train, stats
+
+
+def plan_steps(rows: int, num_workers: int, micro_batch_size: int, grad_accum: int, data: str) -> StepPlan:
+    plan = StepPlan(rows, num_workers, micro_batch_size, grad_accum)
+    if plan.steps_per_epoch < 1:
+        raise ConfigError(
+            f"{data}: {rows} training rows do not fill one global batch of {plan.global_batch} "
+            f"(micro_batch_size x grad_accum x num_workers); lower them or add data"
+        )
+    return plan
+
+
+def collate(batch: dict[str, np.ndarray], pad_id: int) -> dict[str, Any]:
+    """Right-pad a numpy batch of variable-length id lists into torch tensors (labels padded -100)."""
+    import torch
+
+    ids, labels = batch["input_ids"], batch["labels"]
+    width = max(len(x) for x in ids)
+    input_ids = torch.full((len(ids), width), pad_id, dtype=torch.long)
+    label_t = torch.full((len(ids), width), IGNORE_INDEX, dtype=torch.long)
+    attention = torch.zeros((len(ids), width), dtype=torch.long)
+    for i, (x, y) in enumerate(zip(ids, labels, strict=True)):
+        input_ids[i, : len(x)] = torch.from_numpy(np.asarray(x, dtype=np.int64))
+        label_t[i, : len(y)] = torch.from_numpy(np.asarray(y, dtype=np.int64))
+        attention[i, : len(x)] = 1
+    return {"input_ids": input_ids, "labels": label_t, "attention_mask": attention}

@@ -1,0 +1,212 @@
+"""`raypipe train critic|generator`: run a config's training stages on Ray Train, export HF folders.
+
+Layout under ``training.<which>.out_dir``::
+
+    config.json, model.safetensors, tokenizer files   the final model (last stage), an HF folder
+    train_stats.json, _SUCCESS                         per-stage stats; written last
+    stages/<name>/                                     earlier stages' exported models (+ their stats)
+    checkpoints/<name>/                                Ray Train run storage: sharded DeepSpeed checkpoints
+    logs/<name>.metrics.jsonl                          one line per optimizer step (loss, lr, tokens/s)
+    rejects/<name>.jsonl                               malformed rows, rows with no loss token left after
+                                                       truncation; each with its reason
+
+A stage whose export carries ``_SUCCESS`` is skipped on a rerun; an unfinished stage resumes from its
+latest checkpoint (Ray Train restores a run with the same name and storage path). Delete the folder
+to start over.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from raypipe.config import RaypipeConfig, TrainConfig, TrainStage
+from raypipe.errors import ConfigError, RaypipeError
+from raypipe.training.checkpoint import MODEL_DIR, TrainState
+from raypipe.training.data import StepPlan, encode_dataset, plan_steps
+from raypipe.training.deepspeed_config import load_deepspeed_config
+from raypipe.training.spans import SPAN_KINDS
+
+logger = logging.getLogger(__name__)
+
+SUCCESS = "_SUCCESS"
+STATS_FILE = "train_stats.json"
+#: test hook: "step:rank" makes that rank raise right after that optimizer step (first attempt only)
+INJECT_FAILURE_ENV = "RAYPIPE_TRAIN_INJECT_FAILURE"
+WHICH = ("critic", "generator")
+
+
+def _validate(tc: TrainConfig, which: str) -> None:
+    names = [s.name for s in tc.stages]
+    if not names:
+        raise ConfigError(f"training.{which}.stages is empty")
+    if len(set(names)) != len(names):
+        raise ConfigError(f"training.{which}.stages: stage names must be unique (they name folders), got {names}")
+    for i, stage in enumerate(tc.stages):
+        unknown = [k for k in stage.mask if k not in SPAN_KINDS]
+        if unknown:
+            raise ConfigError(f"training.{which}.stages.{i}.mask: unknown span kind(s) {unknown}; "
+                              f"known: {sorted(SPAN_KINDS)}")
+
+
+def _use_gpu(tc: TrainConfig) -> bool:
+    import ray
+
+    if tc.device == "auto":
+        return ray.cluster_resources().get("GPU", 0) >= tc.num_workers
+    return tc.device == "cuda"
+
+
+def _bf16(tc: TrainConfig, use_gpu: bool) -> bool:
+    """`auto` is decided from the cluster, not from the driver, which often runs on a CPU-only head node:
+    bf16 on GPU workers (Self-RAG App. B.1), fp32 on CPU workers."""
+    return use_gpu if tc.precision == "auto" else tc.precision == "bf16"
+
+
+def _inject_failure() -> dict[str, int] | None:
+    raw = os.environ.get(INJECT_FAILURE_ENV)
+    if not raw:
+        return None
+    step, rank = raw.split(":")
+    return {"step": int(step), "rank": int(rank)}
+
+
+@dataclass
+class StageData:
+    """A stage's encoded training set and the step plan derived from its row count."""
+
+    dataset: Any
+    encode_stats: dict[str, Any]
+    plan: StepPlan
+
+
+def encode_stage(tc: TrainConfig, stage: TrainStage, base_model: str, work_dir: Path) -> StageData:
+    """Encode `tc.data` with the stage's mask (Ray Data tasks) and plan the steps."""
+    train_ds, encode_stats = encode_dataset(tc.data, base_model, stage.mask, tc.max_length, tc.seed,
+                                            tc.num_workers, work_dir / "rejects" / f"{stage.name}.jsonl")
+    plan = plan_steps(encode_stats["rows_train"], tc.num_workers, tc.micro_batch_size, tc.grad_accum, tc.data)
+    return StageData(train_ds, encode_stats, plan)
+
+
+def fit_stage(tc: TrainConfig, stage: TrainStage, base_model: str, data: StageData, export_dir: Path,
+              work_dir: Path) -> dict[str, Any]:
+    """Train one stage from `base_model` on Ray Train and export the result to `export_dir`."""
+    from ray.data import ExecutionOptions
+    from ray.train import CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    from raypipe.training.loop import INJECT_FAILURE, train_loop_per_worker
+
+    start = time.perf_counter()
+    use_gpu = _use_gpu(tc)
+    bf16 = _bf16(tc, use_gpu)
+    ds_config = load_deepspeed_config(tc, bf16=bf16)
+    plan = data.plan
+    total = plan.total_steps(stage.epochs)
+    metrics_log = work_dir / "logs" / f"{stage.name}.metrics.jsonl"
+    loop_config = {
+        "train": tc.model_dump(), "stage": stage.model_dump(), "base_model": base_model,
+        "ds_config": ds_config, "dtype": "bfloat16" if bf16 else "float32", "use_gpu": use_gpu,
+        "total_steps": total, "warmup_steps": math.ceil(tc.warmup_ratio * total),
+        "micro_batches_per_epoch": plan.micro_batches_per_epoch, "metrics_log": str(metrics_log),
+        INJECT_FAILURE: _inject_failure(),
+    }
+    logger.info("stage %s: %d rows, global batch %d, %d steps/epoch, %d steps, %s, ZeRO-%d, %d %s workers",
+                stage.name, plan.rows, plan.global_batch, plan.steps_per_epoch, total,
+                "bf16" if bf16 else "fp32", tc.zero_stage, tc.num_workers, "GPU" if use_gpu else "CPU")
+    trainer = TorchTrainer(
+        train_loop_per_worker,
+        train_loop_config=loop_config,
+        torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
+        scaling_config=ScalingConfig(num_workers=tc.num_workers, use_gpu=use_gpu,
+                                     resources_per_worker={"CPU": tc.cpus_per_worker}),
+        run_config=RunConfig(
+            name=stage.name, storage_path=str(work_dir / "checkpoints"),
+            failure_config=FailureConfig(max_failures=tc.max_failures),
+            checkpoint_config=CheckpointConfig(num_to_keep=tc.keep_checkpoints),
+        ),
+        datasets={"train": data.dataset},
+        dataset_config=DataConfig(execution_options=ExecutionOptions(preserve_order=True),
+                                  enable_shard_locality=False),
+    )
+    try:
+        result = trainer.fit()
+    except Exception as exc:  # noqa: BLE001 - the job boundary: report Ray's failure as our error
+        raise RaypipeError(f"training stage {stage.name!r} failed: {exc}") from exc
+    if result.checkpoint is None:
+        raise RaypipeError(f"training stage {stage.name!r} ended without a checkpoint: {result.error}")
+    with result.checkpoint.as_directory() as folder:
+        shutil.copytree(Path(folder) / MODEL_DIR, export_dir, dirs_exist_ok=True)
+        state = TrainState.load(Path(folder))
+    history = state.history
+    stats = {
+        "stage": stage.name, "base_model": base_model, "mask": list(stage.mask), "lr": stage.lr,
+        "epochs": stage.epochs, "num_workers": tc.num_workers, "zero_stage": tc.zero_stage,
+        "precision": "bf16" if bf16 else "fp32", "encode": data.encode_stats,
+        "plan": {"global_batch": plan.global_batch, "steps_per_epoch": plan.steps_per_epoch,
+                 "rows_unused_per_epoch": plan.rows_unused_per_epoch, "total_steps": total},
+        "first_loss": history[0]["loss"] if history else None, **state.summary,
+        "tokens_per_s": _throughput(history), "seconds": round(time.perf_counter() - start, 1),
+        "metrics_log": str(metrics_log), "history": history,
+    }
+    (export_dir / STATS_FILE).write_text(json.dumps(stats, indent=1))
+    return stats
+
+
+def _throughput(history: list[dict[str, Any]]) -> float | None:
+    """Tokens/s over all steps but the first (which pays for warm-up: lazy init, first allocations)."""
+    steady = history[1:] or history
+    seconds = sum(r["seconds"] for r in steady)
+    return sum(r["tokens"] for r in steady) / seconds if seconds else None
+
+
+def _stage_summary(stats: dict[str, Any]) -> dict[str, Any]:
+    keys = ("steps", "first_loss", "final_loss", "tokens_per_s", "peak_memory_mib", "model_state_mib_per_rank",
+            "resumed_from_step", "seconds")
+    encode = stats["encode"]
+    return {"rows": encode["rows_train"], "truncated": encode["rows_truncated"],
+            "rejected": sum(encode["rows_rejected"].values()),
+            **{k: stats.get(k) for k in keys}}
+
+
+def run_train(cfg: RaypipeConfig, which: str) -> dict[str, Any]:
+    """Train `training.<which>` (critic: Self-RAG Eq. 1; generator: Eq. 2), stage after stage."""
+    from raypipe.models import load_tokenizer
+    from raypipe.runtime import ensure_ray
+
+    if which not in WHICH:
+        raise ConfigError(f"train: expected one of {WHICH}, got {which!r}")
+    tc: TrainConfig = getattr(cfg.training, which)
+    _validate(tc, which)
+    load_deepspeed_config(tc, bf16=False)  # a bad template fails now, not after encoding the data
+    out = Path(tc.out_dir).resolve()
+    if (out / SUCCESS).exists():
+        logger.info("%s already trained (%s exists); delete the folder to retrain", out, out / SUCCESS)
+        return {**json.loads((out / STATS_FILE).read_text())["summary"], "skipped": True}
+    base = str(Path(tc.base_model).resolve())
+    load_tokenizer(base)  # fail here, not inside a Ray task, on a missing or broken base model
+    ensure_ray(cfg.ray)
+    stages: list[dict[str, Any]] = []
+    for i, stage in enumerate(tc.stages):
+        last = i == len(tc.stages) - 1
+        export_dir = out if last else out / "stages" / stage.name
+        if not last and (export_dir / SUCCESS).exists():
+            logger.info("stage %s already exported to %s; skipping", stage.name, export_dir)
+            stats = json.loads((export_dir / STATS_FILE).read_text())
+        else:
+            stats = fit_stage(tc, stage, base, encode_stage(tc, stage, base, out), export_dir, out)
+            if not last:
+                (export_dir / SUCCESS).touch()
+        stages.append(stats)
+        base = str(export_dir)
+    summary = {"model": str(out), **{f"stage {s['stage']}": _stage_summary(s) for s in stages}}
+    (out / STATS_FILE).write_text(json.dumps({"summary": summary, "stages": stages}, indent=1))
+    (out / SUCCESS).touch()
+    return summary
