@@ -313,9 +313,10 @@ class AugmentConfig(Section):
     critic_actors: int = Field(1, ge=1)
     retriever_actors: int = Field(1, ge=1)
     #: CPU share of one actor, and of one stateless task (read, validate, segment, render):
-    #: fractional so that five stage pools plus the tasks fit on a 2-core laptop
-    critic_cpus: float = Field(0.25, gt=0)
-    retriever_cpus: float = Field(0.25, gt=0)
+    #: fractional so that five stage pools plus the tasks fit on a 2-core laptop. Ray Data 2.60's
+    #: parquet file listing always asks for a whole CPU, so the actors must leave one free.
+    critic_cpus: float = Field(0.15, gt=0)
+    retriever_cpus: float = Field(0.15, gt=0)
     task_cpus: float = Field(0.25, gt=0)
     #: GPU share of one critic actor when CUDA is present
     critic_gpus: float = Field(0.25, gt=0)

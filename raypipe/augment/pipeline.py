@@ -153,8 +153,9 @@ def build_dataset(files: list[str], cfg: RaypipeConfig):
 
     a = cfg.augment
     critic_kw = {"critic_path": a.critic, "batch_size": a.critic_batch_size}
-    ds = ray.data.read_parquet(files, include_paths=True)
-    ds = ds.map_batches(validate, batch_format="numpy", batch_size=a.batch_size)
+    task = {"batch_format": "numpy", "batch_size": a.batch_size, "num_cpus": a.task_cpus}
+    ds = ray.data.read_parquet(files, include_paths=True, num_cpus=a.task_cpus)
+    ds = ds.map_batches(validate, **task)
 
     def critic(fns: list[Callable]):
         return dict(fn=CriticJudgements, fn_constructor_kwargs={"fns": fns, **critic_kw}, batch_format="numpy",
@@ -167,13 +168,12 @@ def build_dataset(files: list[str], cfg: RaypipeConfig):
                     compute=ActorPoolStrategy(size=a.retriever_actors), num_cpus=a.retriever_cpus)
 
     ds = ds.map_batches(**critic([stages.decide_retrieval, stages.judge_utility]))
-    ds = ds.map_batches(segment, fn_kwargs={"spacy_model": cfg.segmentation.spacy_model},
-                        batch_format="numpy", batch_size=a.batch_size)
+    ds = ds.map_batches(segment, fn_kwargs={"spacy_model": cfg.segmentation.spacy_model}, **task)
     ds = ds.map_batches(**retriever(stages.first_retrieval))
     ds = ds.map_batches(**critic([stages.decide_segments]))
     ds = ds.map_batches(**retriever(functools.partial(stages.retrieve_segments, k=a.top_k)))
     ds = ds.map_batches(**critic([functools.partial(stages.critique_passages, seed=a.sampling.seed)]))
-    ds = ds.map_batches(render, fn_kwargs={"cfg": a}, batch_format="numpy", batch_size=a.batch_size)
+    ds = ds.map_batches(render, fn_kwargs={"cfg": a}, **task)
     return ds
 
 
@@ -189,6 +189,8 @@ class ShardWriter:
         self.pending: dict[str, list[dict[str, Any]]] = defaultdict(list)
         self.seen_ids = seen_ids
         self.written: list[str] = []
+        self.counts_dir = out_dir / "shard_counts"
+        self.counts_dir.mkdir(parents=True, exist_ok=True)
 
     def add(self, rows: list[dict[str, Any]]) -> None:
         for row in rows:
@@ -201,6 +203,7 @@ class ShardWriter:
         rows = self.pending.pop(src, [])
         kept: list[dict[str, Any]] = []
         rejects: list[dict[str, Any]] = []
+        counts: Counter = Counter(input=len(rows))
         for row in rows:
             rid = str(row["id"])
             if row[REJECT]:
@@ -212,7 +215,9 @@ class ShardWriter:
             self.seen_ids.add(rid)
             state = InstanceState.from_json(row["state"])
             if not state.keep:
+                counts["dropped_by_sampling"] += 1
                 continue
+            counts["kept"] += 1
             for copy in range(state.copies):
                 kept.append({
                     "id": rid if copy == 0 else f"{rid}#up{copy}",
@@ -222,7 +227,9 @@ class ShardWriter:
         stem = Path(src).name.removesuffix(".parquet")
         from raypipe.data.io import write_jsonl, write_parquet
 
+        counts.update(rejected=len(rejects), written=len(kept))
         write_jsonl(rejects, self.rejects_dir / f"{stem}.rejects.jsonl")
+        (self.counts_dir / f"{stem}.json").write_text(json.dumps(dict(counts)) + "\n")
         write_jsonl([{k: r[k] for k in OUTPUT_COLUMNS} for r in kept], self.data_dir / f"{stem}.jsonl")
         # parquet last: its presence marks the shard finished for a rerun
         write_parquet(_table(kept), self.data_dir / f"{stem}.parquet")
@@ -235,8 +242,12 @@ def _table(rows: list[dict[str, Any]]) -> pa.Table:
     return pa.table({c: pa.array([r[c] for r in rows], type=pa.string()) for c in cols})
 
 
-def _shard_stats(data_dir: Path, rejects_dir: Path) -> dict[str, Any]:
+def _shard_stats(out_dir: Path) -> dict[str, Any]:
     """Statistics over every finished shard (so a resumed run reports the whole corpus)."""
+    data_dir, rejects_dir = out_dir / "data", out_dir / "rejects"
+    row_counts: Counter = Counter()
+    for f in sorted(data_dir.glob("*.parquet")):
+        row_counts.update(json.loads((out_dir / "shard_counts" / f"{f.stem}.json").read_text()))
     by_dataset: dict[str, Counter] = defaultdict(Counter)
     token_counts: Counter = Counter()
     rejects: Counter = Counter()
@@ -255,6 +266,7 @@ def _shard_stats(data_dir: Path, rejects_dir: Path) -> dict[str, Any]:
         for line in f.read_text().splitlines():
             rejects[json.loads(line)["reason"].split(":")[0]] += 1
     return {
+        "row_counts": {k: row_counts[k] for k in ("input", "kept", "dropped_by_sampling", "rejected", "written")},
         "rows_written": n_rows,
         "retrieve_yes_share": {ds: round(c["retrieve_yes"] / max(c["rows"], 1), 3)
                                for ds, c in sorted(by_dataset.items())},
@@ -308,7 +320,7 @@ def run_augment(cfg: RaypipeConfig) -> dict[str, Any]:
         "input_shards": len(files), "shards_skipped": len(done), "shards_written": len(todo),
         "instances_processed": n_in, "wall_s": round(wall, 1),
         "instances_per_s": round(n_in / wall, 2) if n_in and wall else 0.0,
-        **_shard_stats(data_dir, out_dir / "rejects"),
+        **_shard_stats(out_dir),
     }
     (out_dir / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
     if ray_stats:

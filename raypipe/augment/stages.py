@@ -58,8 +58,14 @@ def _argmax(probs: dict[str, float]) -> str:
     return max(probs.items(), key=lambda kv: kv[1])[0]
 
 
+#: Decimals kept of scores and probabilities in the state. Batched matrix products differ in the last
+#: bits with the batch's shape; rounding keeps a resumed run (other batches) byte-identical.
+DECIMALS = 5
+
+
 def _to_passage(hit: Hit) -> Passage:
-    return Passage(id=str(hit.id), title=str(hit.title), text=str(hit.text), score=float(hit.score))
+    return Passage(id=str(hit.id), title=str(hit.title), text=str(hit.text),
+                   score=round(float(hit.score), DECIMALS))
 
 
 def _ask(critic: Critic, jobs: list[tuple[Any, CriticExample]], apply: Callable[[Any, str], None]) -> None:
@@ -83,7 +89,7 @@ def decide_retrieval(batch: Batch, critic: Critic) -> Batch:
         for i in range(len(states))
     ]
     for state, probs in zip(states, critic.predict(examples) if examples else [], strict=True):
-        state.retrieve_probs = probs
+        state.retrieve_probs = {k: round(float(v), DECIMALS) for k, v in probs.items()}
         state.retrieve = _argmax(probs) == T.RETRIEVAL
     return store_states(batch, states)
 
