@@ -18,7 +18,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
+#: Where results go; the quick-run test points it at a temp dir so it never overwrites real results.
+RESULTS_DIR = Path(os.environ.get("RAYPIPE_BENCH_RESULTS", Path(__file__).resolve().parent / "results"))
 _VERSIONED = ("ray", "torch", "transformers", "deepspeed", "faiss-cpu", "pyarrow", "numpy", "spacy",
               "sentence-transformers")
 

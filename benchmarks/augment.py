@@ -1,0 +1,162 @@
+"""Corpus augmentation at scale: the Ray Data pipeline vs a sequential loop (issue 6).
+
+Full run: a 150k-instance synthetic world, the tiny critic and the MiniLM retriever through
+`raypipe augment` (wall time, instances/s, peak RSS of the whole process tree, Ray workers included);
+in the same run, the same stage functions as a plain loop in one process, stage after stage over a
+2k subset (the shape of the reference scripts). `ratio_vs_sequential` = pipeline instances/s over loop
+instances/s.
+
+The critic is `--critic` (default: the demo's trained critic when `make demo` has built it, else an
+untrained tiny model, which judges almost nothing worth retrieving and so measures the cheap branch;
+the JSON says which).
+
+    python benchmarks/augment.py            # 150k instances
+    python benchmarks/augment.py --quick    # 300 instances, < 1.5 min
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks._common import peak_rss_gib_tree, timer, write_result  # noqa: E402
+
+DEMO_CRITIC = Path("runs/demo/models/critic")
+
+
+class PeakRss:
+    """Samples the RSS of this process and all its descendants (raylet, Ray workers) twice a second."""
+
+    def __init__(self) -> None:
+        self.peak = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, peak_rss_gib_tree())
+            self._stop.wait(0.5)
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def sequential_loop(instances_dir: Path, cfg, limit: int) -> tuple[int, float]:
+    """The same stage functions, each over the whole subset before the next (no overlap, one process)."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from raypipe.augment import stages
+    from raypipe.augment.sampling import apply_sampling
+    from raypipe.augment.state import InstanceState
+    from raypipe.critic.predict import make_predictor
+    from raypipe.data.segment import Segmenter
+    from raypipe.inference.retriever import build_retriever
+
+    table = pq.read_table(instances_dir).slice(0, limit)
+    batch = {c: np.array(table[c].to_pylist(), dtype=object) for c in table.column_names}
+    a = cfg.augment
+    with timer() as t:
+        critic = make_predictor(a.critic, batch_size=a.critic_batch_size)
+        retriever = build_retriever(cfg.retrieval)
+        segmenter = Segmenter(cfg.segmentation)
+        for stage in (
+            functools.partial(stages.decide_retrieval, critic=critic),
+            functools.partial(stages.judge_utility, critic=critic),
+            functools.partial(stages.segment_outputs, split_many=segmenter.split_many),
+            functools.partial(stages.first_retrieval, retriever=retriever),
+            functools.partial(stages.decide_segments, critic=critic),
+            functools.partial(stages.retrieve_segments, retriever=retriever, k=a.top_k),
+            functools.partial(stages.critique_passages, critic=critic, seed=a.sampling.seed),
+        ):
+            batch = stage(batch)
+        for i, raw in enumerate(batch["state"]):
+            state = InstanceState.from_json(raw)
+            apply_sampling(state, str(batch["id"][i]), str(batch["dataset"][i]), stages.render(state), a.sampling)
+    return len(batch["id"]), t.seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="300 instances, < 1.5 min")
+    parser.add_argument("--instances", type=int, help="corpus size (default 150000; quick 300)")
+    parser.add_argument("--subset", type=int, help="sequential-loop subset (default 2000; quick 100)")
+    parser.add_argument("--critic", help="critic model folder (default: the demo critic if built)")
+    args = parser.parse_args()
+    n = args.instances or (300 if args.quick else 150_000)
+    subset = args.subset or (100 if args.quick else 2000)
+
+    import ray
+
+    from raypipe.augment.pipeline import run_augment
+    from raypipe.config import TinyModelConfig, WorldConfig, load_config
+    from raypipe.data.world import synthesize
+    from raypipe.models import build_tiny_model, world_texts
+    from raypipe.retrieval.build import run_build_index
+    from raypipe.runtime import ensure_ray
+
+    work = Path(tempfile.mkdtemp(prefix="raypipe-bench-augment-"))
+    try:
+        world = work / "world"
+        synthesize(WorldConfig(out_dir=str(world), instances=n, seed=0, eval_instances=0, shard_size=5000))
+        if args.critic:
+            critic, critic_kind = Path(args.critic), "given"
+        elif (DEMO_CRITIC / "config.json").exists():
+            critic, critic_kind = DEMO_CRITIC, "demo (trained)"
+        else:
+            critic, critic_kind = work / "critic", "untrained tiny model"
+            build_tiny_model(TinyModelConfig(out_dir=str(critic)), world_texts(world, limit=20_000), critic)
+        overrides = [
+            f"retrieval.index.passages={world / 'passages'}", f"retrieval.index.out_dir={work / 'index'}",
+            f"augment.instances={world / 'instances'}", f"augment.critic={critic}",
+            f"augment.out_dir={work / 'gen'}", "augment.top_k=3",
+        ]
+        cfg = load_config(None, overrides)
+        ensure_ray(cfg.ray)
+        run_build_index(cfg)
+
+        n_seq, seq_s = sequential_loop(world / "instances", cfg, subset)
+        with PeakRss() as rss, timer() as t:
+            stats = run_augment(cfg)
+        ray.shutdown()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    pipeline_rate = stats["instances_processed"] / t.seconds
+    sequential_rate = n_seq / seq_s
+    payload = {
+        "n_instances": stats["instances_processed"],
+        "wall_s": round(t.seconds, 1),
+        "instances_per_s": round(pipeline_rate, 2),
+        "peak_rss_gib": round(rss.peak, 2),
+        "sequential_subset": n_seq,
+        "sequential_wall_s": round(seq_s, 1),
+        "sequential_instances_per_s": round(sequential_rate, 2),
+        "ratio_vs_sequential": round(pipeline_rate / sequential_rate, 2),
+        "critic": critic_kind,
+        "rows_written": stats["rows_written"],
+        "retrieve_yes_share": stats["retrieve_yes_share"],
+        "quick": args.quick,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+    path = write_result("augment", payload)
+    print(f"augment: {payload['n_instances']} instances in {payload['wall_s']} s "
+          f"({payload['instances_per_s']}/s, {payload['ratio_vs_sequential']}x the sequential loop), "
+          f"peak RSS {payload['peak_rss_gib']} GiB -> {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""Every benchmark runs end to end at its --quick size, so none of them rots.
+
+Speed targets are not asserted here (they live in the full runs' JSON); what is asserted is that each
+benchmark produces its result file with the keys its issue asks for, holding real numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+REQUIRED = {
+    "retrieval": ["n_passages", "recall_at_10", "qps_ratio_vs_flat", "embed_ratio_2_vs_1_actor"],
+    "critic": ["batched_vs_single_ratio", "actors_2_vs_1_ratio"],
+    "training": ["tokens_per_s_1_worker", "tokens_per_s_2_workers", "zero3_vs_ddp_model_state_ratio"],
+    "decoding": ["batched_vs_sequential_ratio", "outputs_identical", "reflection_overhead"],
+    "serve_load": ["rps_1_replica", "rps_2_replicas", "p95_ms_1_replica", "p95_ms_2_replicas", "errors",
+                   "replicas_over_time", "scaled_up", "scaled_down"],
+    "augment": ["n_instances", "wall_s", "instances_per_s", "peak_rss_gib", "ratio_vs_sequential"],
+}
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("name", sorted(REQUIRED))
+def test_benchmark_quick_run_writes_its_result(name, tmp_path):
+    script = ROOT / "benchmarks" / f"{name}.py"
+    if not script.exists():
+        pytest.fail(f"benchmarks/{name}.py is missing")
+    env = {**os.environ, "RAYPIPE_BENCH_RESULTS": str(tmp_path), "RAY_AUTH_MODE": "disabled"}
+    proc = subprocess.run([sys.executable, str(script), "--quick"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((tmp_path / f"{name}.json").read_text())
+    for key in REQUIRED[name]:
+        assert key in result, f"{name}.json lacks {key}"
+        value = result[key]
+        if isinstance(value, float):
+            assert math.isfinite(value), f"{name}.json: {key} = {value}"
+    assert result["machine"]["cores"] >= 1
+    assert proc.stdout.strip().splitlines()[-1], "a benchmark prints a one-line summary last"
