@@ -158,7 +158,7 @@ class SearchBackendConfig(Section):
     api_key_header: str = "Authorization"
     api_key_prefix: str = "Bearer "
     timeout_s: float = Field(10.0, gt=0)
-    #: retries after the first attempt on timeouts, connection errors, 429 and 5xx
+    #: retries after the first attempt on timeouts, connection errors, 408, 409, 429 and 5xx
     retries: int = Field(3, ge=0)
     #: first retry delay; doubles on each retry (a larger Retry-After header wins)
     backoff_s: float = Field(0.5, ge=0)

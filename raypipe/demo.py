@@ -55,7 +55,7 @@ def _show_agreement(cfg: RaypipeConfig) -> dict[str, Any]:
 
 
 def _show_augmented(cfg: RaypipeConfig) -> dict[str, Any]:
-    shards = sorted((Path(cfg.augment.out_dir) / "data").glob("*.jsonl"))
+    shards = sorted((Path(cfg.augment.out_dir) / "jsonl").glob("*.jsonl"))
     rows = [json.loads(line) for line in shards[0].read_text().splitlines()] if shards else []
     for kind, pick in (("with retrieval", lambda r: "[Retrieval]" in r["output"]),
                        ("without retrieval", lambda r: "[Retrieval]" not in r["output"])):

@@ -182,8 +182,11 @@ class ShardWriter:
 
     def __init__(self, out_dir: Path, expected: dict[str, int], seen_ids: set[str]):
         self.data_dir = out_dir / "data"
+        #: the released Self-RAG jsonl shape, apart from data/ so readers of data/ see one format
+        self.jsonl_dir = out_dir / "jsonl"
         self.rejects_dir = out_dir / "rejects"
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.jsonl_dir.mkdir(parents=True, exist_ok=True)
         self.rejects_dir.mkdir(parents=True, exist_ok=True)
         self.expected = expected
         self.pending: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -230,7 +233,7 @@ class ShardWriter:
         counts.update(rejected=len(rejects), written=len(kept))
         write_jsonl(rejects, self.rejects_dir / f"{stem}.rejects.jsonl")
         (self.counts_dir / f"{stem}.json").write_text(json.dumps(dict(counts)) + "\n")
-        write_jsonl([{k: r[k] for k in OUTPUT_COLUMNS} for r in kept], self.data_dir / f"{stem}.jsonl")
+        write_jsonl([{k: r[k] for k in OUTPUT_COLUMNS} for r in kept], self.jsonl_dir / f"{stem}.jsonl")
         # parquet last: its presence marks the shard finished for a rerun
         write_parquet(_table(kept), self.data_dir / f"{stem}.parquet")
         self.written.append(stem)

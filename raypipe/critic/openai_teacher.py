@@ -17,7 +17,6 @@ import logging
 import os
 import random
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
@@ -27,12 +26,11 @@ import httpx
 from raypipe.config import TeacherConfig
 from raypipe.critic.teachers import LabelRequest, Teacher
 from raypipe.errors import ConfigError, RaypipeError
+from raypipe.http_retry import NoResponse, RetryPolicy
 from raypipe.prompts import Aspect, parse_teacher_reply, teacher_messages
 
 logger = logging.getLogger(__name__)
 
-#: statuses worth another attempt: rate limits, server trouble, gateway timeouts
-RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
 #: statuses that mean the configuration is wrong: every other request would fail the same way
 FATAL_STATUSES = frozenset({401, 403, 404})
 
@@ -80,13 +78,6 @@ class LabelCache:
             self.entries[request_id] = label
 
 
-def _retry_after(response: httpx.Response) -> float:
-    try:
-        return max(0.0, float(response.headers.get("retry-after", "0")))
-    except ValueError:  # an HTTP date; the exponential backoff covers it
-        return 0.0
-
-
 def _reply_text(body: Any) -> str | None:
     try:
         content = body["choices"][0]["message"]["content"]
@@ -104,6 +95,8 @@ class OpenAITeacher(Teacher):
             raise ConfigError("label.teacher.base_url is required when label.teacher.kind is 'openai'")
         self.cfg = cfg
         self.url = cfg.base_url.rstrip("/") + "/chat/completions"
+        # Jitter keeps concurrent workers throttled by the same 429 from retrying in lockstep.
+        self.retry = RetryPolicy(cfg.retries, cfg.backoff_s, jitter=random.random)
         self.cache = LabelCache(cache_path)
         headers = {"Content-Type": "application/json"}
         api_key = os.environ.get(cfg.api_key_env)
@@ -119,40 +112,25 @@ class OpenAITeacher(Teacher):
     def close(self) -> None:
         self.client.close()
 
-    def _backoff(self, attempt: int, floor: float) -> None:
-        # Full jitter around the exponential step keeps concurrent workers from retrying in lockstep.
-        step = self.cfg.backoff_s * 2**attempt
-        time.sleep(max(floor, step * (0.5 + random.random() / 2)))
-
     def _post(self, request: LabelRequest) -> str:
         """The raw reply text, or RequestFailed; a fatal status raises RaypipeError for the whole job."""
         payload = {"model": self.cfg.model, "messages": teacher_messages(request.example),
                    "temperature": self.cfg.temperature, "max_tokens": self.cfg.max_tokens}
-        problem = ""
-        for attempt in range(self.cfg.retries + 1):
-            floor = 0.0
+        try:
+            response = self.retry.send(lambda: self.client.post(self.url, json=payload), what=f"request {request.id}")
+        except NoResponse as exc:
+            raise RequestFailed(str(exc)) from exc
+        if response.status_code == 200:
             try:
-                response = self.client.post(self.url, json=payload)
-            except (httpx.TimeoutException, httpx.TransportError) as exc:
-                problem = f"{type(exc).__name__}: {exc}"
-            else:
-                if response.status_code == 200:
-                    try:
-                        text = _reply_text(response.json())
-                    except ValueError:
-                        text = None
-                    return "" if text is None else text
-                problem = f"HTTP {response.status_code}: {response.text[:200]}"
-                if response.status_code in FATAL_STATUSES:
-                    raise RaypipeError(f"teacher at {self.url} answered {problem}; check label.teacher "
-                                       f"(base_url, model, {self.cfg.api_key_env})")
-                if response.status_code not in RETRY_STATUSES:
-                    raise RequestFailed(problem)
-                floor = _retry_after(response)
-            if attempt < self.cfg.retries:
-                logger.debug("request %s: %s; retry %d/%d", request.id, problem, attempt + 1, self.cfg.retries)
-                self._backoff(attempt, floor)
-        raise RequestFailed(f"{problem} (after {self.cfg.retries} retries)")
+                text = _reply_text(response.json())
+            except ValueError:
+                text = None
+            return "" if text is None else text
+        problem = f"HTTP {response.status_code}: {response.text[:200]}"
+        if response.status_code in FATAL_STATUSES:
+            raise RaypipeError(f"teacher at {self.url} answered {problem}; check label.teacher "
+                               f"(base_url, model, {self.cfg.api_key_env})")
+        raise RequestFailed(problem)
 
     def _label_one(self, aspect: Aspect, request: LabelRequest) -> None:
         reply = self._post(request)

@@ -3,7 +3,7 @@
 A `SearchBackend` is anything with `search(queries, k) -> list[list[Hit]]`: the `Retriever` over a
 separate local index (the synthetic world's "web" corpus) is one, and `HttpSearchBackend` calls a
 web-search API whose URL, parameters and response fields come from config. Web APIs rate-limit and
-stall, so every request has a timeout and 429/5xx/timeouts are retried with exponential backoff.
+stall, so every request has a timeout and is retried by the shared `raypipe.http_retry` policy.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import httpx
 
 from raypipe.config import RetrievalConfig, SearchBackendConfig
 from raypipe.errors import ConfigError, DataError, RaypipeError
+from raypipe.http_retry import NoResponse, RetryPolicy
 from raypipe.retrieval.retriever import Hit, Retriever
 
 logger = logging.getLogger(__name__)
@@ -32,13 +33,6 @@ class SearchBackend(Protocol):
     def search(self, queries: list[str], k: int) -> list[list[Hit]]: ...
 
 
-def _retry_after(response: httpx.Response) -> float:
-    try:
-        return max(0.0, float(response.headers.get("Retry-After", "")))
-    except ValueError:
-        return 0.0
-
-
 class HttpSearchBackend:
     """One request per query (several in flight), retried on 429, 5xx, timeouts and connection errors.
 
@@ -48,7 +42,9 @@ class HttpSearchBackend:
     def __init__(self, cfg: SearchBackendConfig, *, sleep: Callable[[float], None] = time.sleep):
         if not cfg.url:
             raise ConfigError("retrieval.fallback.url: required when retrieval.fallback.kind is 'http'")
-        self.cfg, self._sleep = cfg, sleep
+        self.cfg = cfg
+        # Fallback searches are rare, so each retry is worth a warning.
+        self._retry = RetryPolicy(cfg.retries, cfg.backoff_s, sleep=sleep, log_level=logging.WARNING)
         headers = {}
         key = os.environ.get(cfg.api_key_env)
         if key:
@@ -72,31 +68,20 @@ class HttpSearchBackend:
 
     def _fetch(self, query: str, k: int) -> Any:
         """The decoded JSON body of a successful response, after at most `retries` retries."""
-        url, attempts = self.cfg.url, self.cfg.retries + 1
-        for attempt in range(attempts):
-            wait_at_least = 0.0
-            try:
-                response = self._send(query, k)
-            except (httpx.TimeoutException, httpx.TransportError) as exc:
-                problem = f"{type(exc).__name__}: {exc}"
-            else:
-                status = response.status_code
-                if status == 429 or status >= 500:
-                    problem, wait_at_least = f"HTTP {status}", _retry_after(response)
-                elif response.is_error:
-                    hint = f" (is ${self.cfg.api_key_env} set?)" if status in (401, 403) else ""
-                    raise SearchBackendError(f"{url}: HTTP {status} for query {query!r}{hint}: "
-                                             f"{response.text[:200]}")
-                else:
-                    try:
-                        return response.json()
-                    except ValueError as exc:
-                        raise DataError(f"search response is not JSON: {exc}", file=url) from exc
-            if attempt + 1 < attempts:
-                delay = max(self.cfg.backoff_s * 2 ** attempt, wait_at_least)
-                logger.warning("%s: %s; retry %d/%d in %.2fs", url, problem, attempt + 1, attempts - 1, delay)
-                self._sleep(delay)
-        raise SearchBackendError(f"{url}: gave up on query {query!r} after {attempts} attempts: {problem}")
+        url = self.cfg.url
+        try:
+            response = self._retry.send(lambda: self._send(query, k), what=url)
+        except NoResponse as exc:
+            raise SearchBackendError(f"{url}: gave up on query {query!r} after {exc.attempts} attempts: "
+                                     f"{exc.problem}") from exc
+        if response.is_error:
+            hint = f" (is ${self.cfg.api_key_env} set?)" if response.status_code in (401, 403) else ""
+            raise SearchBackendError(f"{url}: HTTP {response.status_code} for query {query!r}{hint}: "
+                                     f"{response.text[:200]}")
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise DataError(f"search response is not JSON: {exc}", file=url) from exc
 
     def _field(self, item: Any, name: str, rank: int) -> Any:
         if not isinstance(item, dict) or item.get(name) is None:

@@ -53,7 +53,7 @@ def _cfg(small_inputs, index_dir, tiny_model_dir, world_dir, out):
 
 
 def _read(out: Path) -> dict[str, bytes]:
-    return {f.name: f.read_bytes() for f in sorted((out / "data").glob("*"))}
+    return {f"{d}/{f.name}": f.read_bytes() for d in ("data", "jsonl") for f in sorted((out / d).glob("*"))}
 
 
 def test_augment_writes_valid_shards_rejects_and_resumes(small_inputs, index_dir, tiny_model_dir, world_dir,
@@ -66,7 +66,7 @@ def test_augment_writes_valid_shards_rejects_and_resumes(small_inputs, index_dir
     assert sorted(f.name for f in (out / "data").glob("*.parquet")) == [
         "part-a.parquet", "part-b.parquet", "part-c.parquet"]
     assert stats["instances_processed"] == 32
-    rows = [json.loads(line) for f in sorted((out / "data").glob("*.jsonl")) for line in f.read_text().splitlines()]
+    rows = [json.loads(line) for f in sorted((out / "jsonl").glob("*.jsonl")) for line in f.read_text().splitlines()]
     assert rows and set(rows[0]) == {"id", "instruction", "input", "output", "dataset"}
     inputs: dict[str, dict] = {}
     for r in pq.read_table(small_inputs).to_pylist():
