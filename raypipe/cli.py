@@ -116,7 +116,7 @@ def _build_parser() -> argparse.ArgumentParser:
             p.add_argument("which", choices=cmd.choices, help="which model")
         p.add_argument("--config", "-c", help="YAML config file (default: embedded demo defaults)")
         p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                       help="override a config value, e.g. --set training.critic.lr=1e-4 (repeatable)")
+                       help="override a config value, e.g. --set training.critic.micro_batch_size=4 (repeatable)")
         p.add_argument("--json", action="store_true", help="print the stats as JSON instead of a table")
         for flag, key, typ, help_text in cmd.shortcuts:
             p.add_argument(flag, dest=f"shortcut:{key}", type=typ, help=f"{help_text} (= --set {key}=...)")

@@ -1,0 +1,86 @@
+"""Config loading: YAML + --set overrides, and errors that name the key path and the file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from raypipe.config import load_config, parse_override
+from raypipe.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_shipped_configs_validate():
+    demo = load_config(ROOT / "configs" / "demo.yaml")
+    paper = load_config(ROOT / "configs" / "paper_7b.yaml")
+    assert demo.world.instances == 3000
+    # the paper's settings (App. B.1): lr 2e-5, 3 epochs, ZeRO-3, bf16, max length 2048, global batch 128
+    gen = paper.training.generator
+    assert gen.stages[0].lr == 2e-5 and gen.stages[0].epochs == 3
+    assert gen.stages[0].mask == ["prompt", "paragraph"]
+    assert (gen.zero_stage, gen.precision, gen.max_length) == (3, "bf16", 2048)
+    assert gen.micro_batch_size * gen.grad_accum * gen.num_workers == 128
+    assert paper.decode.threshold == 0.2 and paper.retrieval.top_k == 5
+
+
+def test_overrides_are_typed_by_yaml_and_nested():
+    cfg = load_config(None, ["world.instances=42", "decode.forbid=['[No support / Contradictory]']",
+                             "retrieval.index.factory=HNSW32", "eval.limit=null"])
+    assert cfg.world.instances == 42
+    assert cfg.decode.forbid == ["[No support / Contradictory]"]
+    assert cfg.retrieval.index.factory == "HNSW32"
+    assert cfg.eval.limit is None
+
+
+def test_override_wins_over_file(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("world:\n  instances: 10\n  seed: 3\n")
+    cfg = load_config(path, ["world.instances=11"])
+    assert (cfg.world.instances, cfg.world.seed) == (11, 3)
+
+
+def test_unknown_key_names_path_and_file(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("retrieval:\n  index:\n    factroy: Flat\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(path) in str(err.value)
+    assert "retrieval.index.factroy: unknown key" in str(err.value)
+
+
+def test_wrong_type_names_path_and_file(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("training:\n  critic:\n    num_workers: two\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml: training\.critic\.num_workers: .*integer"):
+        load_config(path)
+
+
+def test_out_of_range_value_from_override():
+    with pytest.raises(ConfigError, match=r"--set decode.threshold=1.5.*|decode\.threshold"):
+        load_config(None, ["decode.threshold=1.5"])
+
+
+@pytest.mark.parametrize("item", ["novalue", "=3"])
+def test_malformed_override(item):
+    with pytest.raises(ConfigError, match="--set"):
+        parse_override(item)
+
+
+def test_override_into_a_scalar_is_an_error(tmp_path):
+    with pytest.raises(ConfigError, match="world.instances"):
+        load_config(None, ["world.instances.x=1"])
+    path = tmp_path / "c.yaml"
+    path.write_text("world:\n  instances: 10\n")
+    with pytest.raises(ConfigError, match="world.instances is not a section"):
+        load_config(path, ["world.instances.x=1"])
+
+
+def test_missing_file_and_bad_yaml(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "b.yaml"
+    bad.write_text("world: [\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
