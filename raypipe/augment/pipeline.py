@@ -34,6 +34,7 @@ from raypipe.augment import stages
 from raypipe.augment.sampling import apply_sampling
 from raypipe.augment.state import InstanceState
 from raypipe.config import AugmentConfig, RaypipeConfig, SegmentationConfig
+from raypipe.data.io import list_data_files, validate_batch, write_jsonl, write_parquet
 from raypipe.errors import DataError
 
 logger = logging.getLogger(__name__)
@@ -64,8 +65,6 @@ def _on_good_rows(batch: dict[str, np.ndarray], fn: Callable[[dict], dict]) -> d
 
 def validate(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Flag rows that would break a stage (wrong types, empty required fields)."""
-    from raypipe.data.io import validate_batch
-
     table = pa.table({k: pa.array(list(v)) for k, v in batch.items() if k != SOURCE})
     source = str(batch[SOURCE][0]) if len(batch[SOURCE]) else "<unknown>"
     good, rejects = validate_batch(table, "instance", source)
@@ -200,9 +199,10 @@ class ShardWriter:
             src = str(row[SOURCE])
             self.pending[src].append(row)
             if len(self.pending[src]) == self.expected[src]:
-                self._flush(src)
+                self.flush(src)
 
-    def _flush(self, src: str) -> None:
+    def flush(self, src: str) -> None:
+        """Write the shard of input file `src` (called when its last row arrives, or for an empty file)."""
         rows = self.pending.pop(src, [])
         kept: list[dict[str, Any]] = []
         rejects: list[dict[str, Any]] = []
@@ -228,8 +228,6 @@ class ShardWriter:
                     "dataset": row["dataset"], "source_id": rid, "state": row["state"],
                 })
         stem = Path(src).name.removesuffix(".parquet")
-        from raypipe.data.io import write_jsonl, write_parquet
-
         counts.update(rejected=len(rejects), written=len(kept))
         write_jsonl(rejects, self.rejects_dir / f"{stem}.rejects.jsonl")
         (self.counts_dir / f"{stem}.json").write_text(json.dumps(dict(counts)) + "\n")
@@ -283,7 +281,6 @@ def _shard_stats(out_dir: Path) -> dict[str, Any]:
 def run_augment(cfg: RaypipeConfig) -> dict[str, Any]:
     import ray
 
-    from raypipe.data.io import list_data_files
     from raypipe.runtime import ensure_ray
 
     a = cfg.augment
@@ -315,7 +312,7 @@ def run_augment(cfg: RaypipeConfig) -> dict[str, Any]:
             writer.add(rows)
         empty = [f for f, n in expected.items() if n == 0]
         for f in empty:
-            writer._flush(f)
+            writer.flush(f)
         ray_stats = ds.stats()
     wall = time.perf_counter() - start
 

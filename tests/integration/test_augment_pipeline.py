@@ -98,18 +98,18 @@ def test_augment_writes_valid_shards_rejects_and_resumes(small_inputs, index_dir
     # crash after the first shard is written, then rerun: same bytes, no duplicates
     out2 = tmp_path / "gen2"
     cfg2 = _cfg(small_inputs, index_dir, tiny_model_dir, world_dir, out2)
-    real_flush = pipeline.ShardWriter._flush
+    real_flush = pipeline.ShardWriter.flush
 
     def crash_after_first(self, src):
         if self.written:
             raise RuntimeError("injected crash")
         real_flush(self, src)
 
-    monkeypatch.setattr(pipeline.ShardWriter, "_flush", crash_after_first)
+    monkeypatch.setattr(pipeline.ShardWriter, "flush", crash_after_first)
     with pytest.raises(RuntimeError, match="injected crash"):
         pipeline.run_augment(cfg2)
     assert len(list((out2 / "data").glob("*.parquet"))) == 1
-    monkeypatch.setattr(pipeline.ShardWriter, "_flush", real_flush)
+    monkeypatch.setattr(pipeline.ShardWriter, "flush", real_flush)
     resumed = pipeline.run_augment(cfg2)
     assert resumed["shards_skipped"] == 1
     assert _read(out2) == first
