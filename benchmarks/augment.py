@@ -17,7 +17,6 @@ the JSON says which).
 from __future__ import annotations
 
 import argparse
-import functools
 import shutil
 import sys
 import tempfile
@@ -55,37 +54,27 @@ class PeakRss:
 
 
 def sequential_loop(instances_dir: Path, cfg, limit: int) -> tuple[int, float]:
-    """The same stage functions, each over the whole subset before the next (no overlap, one process)."""
+    """The pipeline's steps, each over the whole subset before the next (no overlap, one process;
+    torch uses its default threads, one per core)."""
     import numpy as np
     import pyarrow.parquet as pq
 
     from raypipe.augment import stages
+    from raypipe.augment.pipeline import algorithm_steps, load_models
     from raypipe.augment.sampling import apply_sampling
     from raypipe.augment.state import InstanceState
-    from raypipe.critic.predict import make_predictor
-    from raypipe.data.segment import Segmenter
-    from raypipe.inference.retriever import build_retriever
 
     table = pq.read_table(instances_dir).slice(0, limit)
     batch = {c: np.array(table[c].to_pylist(), dtype=object) for c in table.column_names}
-    a = cfg.augment
+    steps = algorithm_steps(cfg.augment)
     with timer() as t:
-        critic = make_predictor(a.critic, batch_size=a.critic_batch_size)
-        retriever = build_retriever(cfg.retrieval)
-        segmenter = Segmenter(cfg.segmentation)
-        for stage in (
-            functools.partial(stages.decide_retrieval, critic=critic),
-            functools.partial(stages.judge_utility, critic=critic),
-            functools.partial(stages.segment_outputs, split_many=segmenter.split_many),
-            functools.partial(stages.first_retrieval, retriever=retriever),
-            functools.partial(stages.decide_segments, critic=critic),
-            functools.partial(stages.retrieve_segments, retriever=retriever, k=a.top_k),
-            functools.partial(stages.critique_passages, critic=critic, seed=a.sampling.seed),
-        ):
-            batch = stage(batch)
+        models = load_models({kind for kind, _ in steps}, cfg)
+        for kind, step in steps:
+            batch = step(batch, **{kind: models[kind]})
         for i, raw in enumerate(batch["state"]):
             state = InstanceState.from_json(raw)
-            apply_sampling(state, str(batch["id"][i]), str(batch["dataset"][i]), stages.render(state), a.sampling)
+            apply_sampling(state, str(batch["id"][i]), str(batch["dataset"][i]), stages.render(state),
+                           cfg.augment.sampling)
     return len(batch["id"]), t.seconds
 
 

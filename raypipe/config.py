@@ -101,8 +101,9 @@ class EncoderConfig(Section):
     pooling: Literal["mean", "cls"] = "mean"
     #: unit-length vectors, so inner product is cosine similarity
     normalize: bool = True
-    #: texts per forward pass at query time
-    batch_size: int = Field(128, ge=1)
+    #: texts per forward pass at query time. Texts are length-sorted first, and small batches pad
+    #: little: on CPU, 16 encodes a 160-query call twice as fast as 128 (raise it on GPU)
+    batch_size: int = Field(16, ge=1)
     max_length: int = Field(256, ge=8)
     #: embed passages as "title text" (DPR/Contriever) rather than text alone
     include_title: bool = True
@@ -309,7 +310,15 @@ class AugmentConfig(Section):
     out_dir: str = "runs/demo/gen_data"
     top_k: int = Field(5, ge=1)
     sampling: SamplingConfig = SamplingConfig()
-    #: actors per critic stage (three critic stages) and per retrieval stage (two)
+    #: `fused`: each actor holds the critic, the retriever and the splitter and runs all of
+    #: Algorithm 3 on its batch (`workers` actors of `worker_cpus`): one busy process per core, the
+    #: fastest on CPU. `staged`: one actor pool per model stage (three critic pools of `critic_actors`,
+    #: two retrieval pools of `retriever_actors`), so each model gets its own resources, e.g. the
+    #: critic on GPUs and retrieval on CPUs.
+    layout: Literal["fused", "staged"] = "fused"
+    workers: int = Field(2, ge=1)
+    worker_cpus: float = Field(0.4, gt=0)
+    #: actors per critic stage (three critic stages) and per retrieval stage (two), `staged` layout
     critic_actors: int = Field(1, ge=1)
     retriever_actors: int = Field(1, ge=1)
     #: CPU share of one actor, and of one stateless task (read, validate, segment, render):
@@ -321,7 +330,7 @@ class AugmentConfig(Section):
     #: GPU share of one critic actor when CUDA is present
     critic_gpus: float = Field(0.25, gt=0)
     #: rows per Ray Data batch, and prompts per critic forward pass
-    batch_size: int = Field(64, ge=1)
+    batch_size: int = Field(256, ge=1)
     critic_batch_size: int = Field(64, ge=1)
 
 

@@ -7,8 +7,12 @@ Shape of the job:
     -> [critic] IsRel / IsSup / choose -> render + sampling policy -> driver writes one output shard
     per input shard as soon as its last row arrives.
 
-Critic and retriever stages run in their own actor pools (models loaded once per actor; GPU actors
-when CUDA is present); segmentation, validation and rendering are stateless tasks. Execution keeps
+The model-bearing steps (`algorithm_steps`) run in Ray Data actor pools that load their models once.
+Two layouts share the step list: `fused` (the default) gives each actor the critic, the retriever and
+the splitter and runs every step on its batch, so on CPU there is one busy single-threaded process per
+core and no handoffs; `staged` gives each run of steps on one model its own pool and resources (the
+critic on GPUs with vLLM, retrieval on CPUs), which is what a GPU cluster wants. Validation and
+rendering are stateless tasks. Execution keeps
 the input order, so the driver holds at most about one shard in memory and a shard's output is
 complete exactly when its row count is reached. Finished shards are skipped on a rerun, and every
 random choice is seeded by row id, so a resumed run writes the same bytes as an uninterrupted one.
@@ -33,7 +37,7 @@ from raypipe import tokens as T
 from raypipe.augment import stages
 from raypipe.augment.sampling import apply_sampling
 from raypipe.augment.state import InstanceState
-from raypipe.config import AugmentConfig, RaypipeConfig, SegmentationConfig
+from raypipe.config import AugmentConfig, RaypipeConfig
 from raypipe.data.io import list_data_files, validate_batch, write_jsonl, write_parquet
 from raypipe.errors import DataError
 
@@ -77,17 +81,6 @@ def validate(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return out
 
 
-@functools.cache
-def _segmenter(model: str) -> Any:
-    from raypipe.data.segment import Segmenter
-
-    return Segmenter(SegmentationConfig(spacy_model=model))
-
-
-def segment(batch: dict[str, np.ndarray], spacy_model: str) -> dict[str, np.ndarray]:
-    return _on_good_rows(batch, lambda b: stages.segment_outputs(b, _segmenter(spacy_model).split_many))
-
-
 def render(batch: dict[str, np.ndarray], cfg: AugmentConfig) -> dict[str, np.ndarray]:
     """Render each augmented output and apply the sampling policy (keep / copies in the state)."""
 
@@ -105,44 +98,87 @@ def render(batch: dict[str, np.ndarray], cfg: AugmentConfig) -> dict[str, np.nda
     return _on_good_rows(batch, fn)
 
 
-class CriticJudgements:
-    """Actor: loads the critic once (vLLM on GPU, HF on CPU), then applies critic-driven stage
-    functions to each batch."""
+#: One of Algorithm 3's model-bearing steps: the keyword its model is passed as, and the batch function.
+Step = tuple[str, Callable]
 
-    def __init__(self, fns: list[Callable], critic_path: str, batch_size: int):
+
+def algorithm_steps(a: AugmentConfig) -> list[Step]:
+    """Algorithm 3 between validation and rendering, in order (the benchmark's sequential loop runs
+    the same list)."""
+    return [
+        ("critic", stages.decide_retrieval),
+        ("critic", stages.judge_utility),
+        ("split_many", stages.segment_outputs),
+        ("retriever", stages.first_retrieval),
+        ("critic", stages.decide_segments),
+        ("retriever", functools.partial(stages.retrieve_segments, k=a.top_k)),
+        ("critic", functools.partial(stages.critique_passages, seed=a.sampling.seed)),
+    ]
+
+
+def load_models(kinds: set[str], cfg: RaypipeConfig) -> dict[str, Any]:
+    """The models `kinds` names: the critic (vLLM on GPU, HF on CPU), the retriever (faiss index and
+    encoder) and the sentence splitter (spaCy)."""
+    models: dict[str, Any] = {}
+    if "critic" in kinds:
         from raypipe.critic.predict import make_predictor
 
-        self.critic = make_predictor(critic_path, batch_size=batch_size)
-        self.fns = fns
-
-    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        for fn in self.fns:
-            batch = _on_good_rows(batch, functools.partial(fn, critic=self.critic))
-        return batch
-
-
-class RetrieverCalls:
-    """Actor: loads the faiss index and encoder once, then applies one retrieval stage per batch."""
-
-    def __init__(self, fn: Callable, retrieval_cfg: Any):
+        models["critic"] = make_predictor(cfg.augment.critic, batch_size=cfg.augment.critic_batch_size)
+    if "retriever" in kinds:
         from raypipe.inference.retriever import build_retriever
 
-        self.retriever = build_retriever(retrieval_cfg)
-        self.fn = fn
+        models["retriever"] = build_retriever(cfg.retrieval)
+    if "split_many" in kinds:
+        from raypipe.data.segment import Segmenter
+
+        models["split_many"] = Segmenter(cfg.segmentation).split_many
+    return models
+
+
+class StepRunner:
+    """Actor: loads the models of its steps once, then runs the steps over each batch in order."""
+
+    def __init__(self, steps: list[Step], cfg: RaypipeConfig):
+        self.steps = steps
+        self.models = load_models({kind for kind, _ in steps}, cfg)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return _on_good_rows(batch, functools.partial(self.fn, retriever=self.retriever))
+        for kind, fn in self.steps:
+            batch = _on_good_rows(batch, functools.partial(fn, **{kind: self.models[kind]}))
+        return batch
 
 
 # --- the driver ----------------------------------------------------------------------------------
 
 
-def _critic_resources(cfg: AugmentConfig) -> dict[str, float]:
+def step_groups(steps: list[Step], layout: str) -> list[list[Step]]:
+    """`fused`: all steps in one actor; `staged`: one actor pool per run of steps on the same model."""
+    if layout == "fused":
+        return [steps]
+    groups: list[list[Step]] = []
+    for step in steps:
+        if groups and groups[-1][0][0] == step[0]:
+            groups[-1].append(step)
+        else:
+            groups.append([step])
+    return groups
+
+
+def _pool(a: AugmentConfig, kinds: set[str]) -> tuple[int, dict[str, float]]:
+    """Actors and per-actor resources of one step group."""
     import torch
 
-    if torch.cuda.is_available():
-        return {"num_gpus": cfg.critic_gpus}
-    return {"num_cpus": cfg.critic_cpus}
+    if a.layout == "fused":
+        size, cpus = a.workers, a.worker_cpus
+    elif "critic" in kinds:
+        size, cpus = a.critic_actors, a.critic_cpus
+    elif "retriever" in kinds:
+        size, cpus = a.retriever_actors, a.retriever_cpus
+    else:
+        size, cpus = 1, a.task_cpus
+    if "critic" in kinds and torch.cuda.is_available():
+        return size, {"num_gpus": a.critic_gpus}
+    return size, {"num_cpus": cpus}
 
 
 def build_dataset(files: list[str], cfg: RaypipeConfig):
@@ -151,27 +187,17 @@ def build_dataset(files: list[str], cfg: RaypipeConfig):
     from ray.data import ActorPoolStrategy
 
     a = cfg.augment
-    critic_kw = {"critic_path": a.critic, "batch_size": a.critic_batch_size}
     task = {"batch_format": "numpy", "batch_size": a.batch_size, "num_cpus": a.task_cpus}
     ds = ray.data.read_parquet(files, include_paths=True, num_cpus=a.task_cpus)
+    # A parquet shard is read as one block, and an actor works through its block batch after batch
+    # before handing anything on: without this split the stages would take turns on a shard instead
+    # of overlapping. Streaming repartition cuts blocks to one batch each, keeping the order.
+    ds = ds.repartition(target_num_rows_per_block=a.batch_size)
     ds = ds.map_batches(validate, **task)
-
-    def critic(fns: list[Callable]):
-        return dict(fn=CriticJudgements, fn_constructor_kwargs={"fns": fns, **critic_kw}, batch_format="numpy",
-                    batch_size=a.batch_size, compute=ActorPoolStrategy(size=a.critic_actors),
-                    **_critic_resources(a))
-
-    def retriever(fn: Callable):
-        return dict(fn=RetrieverCalls, fn_constructor_kwargs={"fn": fn, "retrieval_cfg": cfg.retrieval},
-                    batch_format="numpy", batch_size=a.batch_size,
-                    compute=ActorPoolStrategy(size=a.retriever_actors), num_cpus=a.retriever_cpus)
-
-    ds = ds.map_batches(**critic([stages.decide_retrieval, stages.judge_utility]))
-    ds = ds.map_batches(segment, fn_kwargs={"spacy_model": cfg.segmentation.spacy_model}, **task)
-    ds = ds.map_batches(**retriever(stages.first_retrieval))
-    ds = ds.map_batches(**critic([stages.decide_segments]))
-    ds = ds.map_batches(**retriever(functools.partial(stages.retrieve_segments, k=a.top_k)))
-    ds = ds.map_batches(**critic([functools.partial(stages.critique_passages, seed=a.sampling.seed)]))
+    for group in step_groups(algorithm_steps(a), a.layout):
+        size, resources = _pool(a, {kind for kind, _ in group})
+        ds = ds.map_batches(StepRunner, fn_constructor_kwargs={"steps": group, "cfg": cfg}, batch_format="numpy",
+                            batch_size=a.batch_size, compute=ActorPoolStrategy(size=size), **resources)
     ds = ds.map_batches(render, fn_kwargs={"cfg": a}, **task)
     return ds
 

@@ -113,3 +113,10 @@ def test_augment_writes_valid_shards_rejects_and_resumes(small_inputs, index_dir
     resumed = pipeline.run_augment(cfg2)
     assert resumed["shards_skipped"] == 1
     assert _read(out2) == first
+
+    # the staged layout (one actor pool per model stage, as on a GPU cluster) writes the same bytes
+    out3 = tmp_path / "gen3"
+    staged = _cfg(small_inputs, index_dir, tiny_model_dir, world_dir, out3)
+    staged.augment.layout = "staged"
+    pipeline.run_augment(staged)
+    assert _read(out3) == first
