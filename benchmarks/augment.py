@@ -110,6 +110,7 @@ def main() -> None:
             build_tiny_model(TinyModelConfig(out_dir=str(critic)), world_texts(world, limit=20_000), critic)
         overrides = [
             f"retrieval.index.passages={world / 'passages'}", f"retrieval.index.out_dir={work / 'index'}",
+            "retrieval.index.embed_actors=2",
             f"augment.instances={world / 'instances'}", f"augment.critic={critic}",
             f"augment.out_dir={work / 'gen'}", "augment.top_k=3",
         ]
