@@ -97,26 +97,16 @@ class HFEngine(Engine):
     def _group_probs(self, logits: torch.Tensor, group: Group) -> list[float]:
         return torch.softmax(logits.index_select(-1, self._group_index[group]), dim=-1).tolist()
 
-    def _read_step(self, rows: list[_Row], logits: torch.Tensor, next_tensor: torch.Tensor, step: int,
-                   params: GenerationParams) -> list[int]:
-        """Append each row's chosen token, its log-prob and the reflection distributions of this step;
-        returns the chosen ids."""
-        next_ids = next_tensor.tolist()
-        logprobs = None
-        if params.return_probs:
-            # log p(chosen) = logit - logsumexp(logits): no vocabulary-sized log-softmax tensor
-            chosen = logits.gather(1, next_tensor[:, None]).squeeze(1)
-            logprobs = (chosen - torch.logsumexp(logits, dim=-1)).tolist()
-        for b, row in enumerate(rows):
-            token = next_ids[b]
-            row.token_ids.append(token)
-            if logprobs is None:
-                continue
-            row.logprobs.append(logprobs[b])
-            for group in self.groups.to_read(token, step, params):
+    def _read_groups(self, rows: list[_Row], live: list[int], logits: torch.Tensor, next_ids: list[int],
+                     step: int, params: GenerationParams) -> None:
+        """Record this step's reflection distributions: rows that chose a group token, and every row
+        at the first position when `first_position_groups` asks for it."""
+        if step > 0 and self.groups.group_of.keys().isdisjoint(next_ids):
+            return  # the common case, decided without a Python loop over the rows
+        for b, i in enumerate(live):
+            for group in self.groups.to_read(next_ids[b], step, params):
                 probs = self._group_probs(logits[b], group)
-                row.reflections.append(GroupProbs(step, group, self.groups.named(group, probs)))
-        return next_ids
+                rows[i].reflections.append(GroupProbs(step, group, self.groups.named(group, probs)))
 
     # --- generation --------------------------------------------------------------------------------
 
@@ -129,15 +119,25 @@ class HFEngine(Engine):
         return out
 
     def _generate_batch(self, batch: list[list[int]], params: GenerationParams) -> list[Generation]:
+        """Greedy decoding of one batch. With `return_probs`, each step adds one fused op on the
+        logits (cross-entropy of the chosen tokens = -log p, written into a [rows, steps] buffer read
+        once at the end); group distributions are computed only at steps that chose a group token.
+        The read-out costs a few percent of a step (benchmarks/decoding.py)."""
         stop = self.eos | frozenset(params.stop_token_ids)
         rows = [_Row(context_id=ids[-1] if ids else None) for ids in batch]
         logits, cache, mask, positions = self._prefill(batch)
         live = list(range(len(rows)))  # row index of each batch position
+        live_index = torch.arange(len(rows), device=self.device)
+        nll = torch.zeros((len(rows), params.max_new_tokens), device=self.device) if params.return_probs else None
         for step in range(params.max_new_tokens):
             next_tensor = logits.argmax(dim=-1)
-            next_ids = self._read_step([rows[i] for i in live], logits, next_tensor, step, params)
+            next_ids = next_tensor.tolist()
+            if nll is not None:
+                nll[live_index, step] = torch.nn.functional.cross_entropy(logits, next_tensor, reduction="none")
+                self._read_groups(rows, live, logits, next_ids, step, params)
             keep = []
             for b, i in enumerate(live):
+                rows[i].token_ids.append(next_ids[b])
                 if next_ids[b] in stop:
                     rows[i].finish = "eos" if next_ids[b] in self.eos else "stop"
                 else:
@@ -148,11 +148,14 @@ class HFEngine(Engine):
                 index = torch.tensor(keep, device=self.device)
                 cache.batch_select_indices(index)
                 mask, positions, next_tensor = mask[index], positions[index], next_tensor[index]
-                live = [live[b] for b in keep]
+                live, live_index = [live[b] for b in keep], live_index[index]
             mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=-1)
             out = self.model(input_ids=next_tensor[:, None], attention_mask=mask, position_ids=positions[:, None],
                              past_key_values=cache, use_cache=True)
             logits, positions = out.logits[:, -1].float(), positions + 1
+        if nll is not None:
+            for row, values in zip(rows, (-nll).tolist(), strict=True):
+                row.logprobs = values[:len(row.token_ids)]
         return [self._finish(row) for row in rows]
 
     def _finish(self, row: _Row) -> Generation:
