@@ -321,8 +321,9 @@ class AugmentConfig(Section):
     #: actors per critic stage (three critic stages) and per retrieval stage (two), `staged` layout
     critic_actors: int = Field(1, ge=1)
     retriever_actors: int = Field(1, ge=1)
-    #: CPU share of one actor, and of one stateless task (read, validate, segment, render):
-    #: fractional so that five stage pools plus the tasks fit on a 2-core laptop. Ray Data 2.60's
+    #: CPU share of one `staged` actor, and of one stateless task (read, validate, render; in the
+    #: `staged` layout also the splitter's actor): fractional so that the stage pools plus the tasks
+    #: fit on a 2-core laptop. Ray Data 2.60's
     #: parquet file listing always asks for a whole CPU, so the actors must leave one free.
     critic_cpus: float = Field(0.15, gt=0)
     retriever_cpus: float = Field(0.15, gt=0)
