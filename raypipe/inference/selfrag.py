@@ -60,6 +60,9 @@ class DecodeRequest:
     input: str = ""
     #: answer options of a closed-set task; empty for open-ended generation
     options: tuple[Option, ...] = ()
+    #: what x is for retrieval when it is not instruction + input: a closed-set task's instruction is
+    #: the same boilerplate for every item, so the paper retrieves with the claim or question alone
+    query: str | None = None
 
 
 @dataclass(frozen=True)
@@ -158,7 +161,8 @@ class _Expansion:
 
 def retrieval_query(request: DecodeRequest, previous_segment: str) -> str:
     """Algorithm 1 line 4: retrieve with (x, y_{t-1})."""
-    parts = [request.instruction, request.input, previous_segment]
+    x = [request.query] if request.query is not None else [request.instruction, request.input]
+    parts = [*x, previous_segment]
     return "\n".join(p for p in parts if p)
 
 

@@ -22,6 +22,8 @@ def test_three_shapes():
     mc = parse_item({"id": "m", "question": "Where?", "choices": {"A": "Rome", "B": "Lyon"}, "answerKey": "B"}, "s")
     assert (mc.task, mc.instruction, mc.input, mc.golds) == ("mc", MC_INSTRUCTION, "Where?\nA: Rome\nB: Lyon", ("B",))
     assert mc.request().options == mc.options()
+    # closed-set items retrieve with the claim or the question (and choices), not the task instruction
+    assert (qa.request().query, fact.request().query, mc.request().query) == (None, "Ada wrote it.", mc.input)
     assert EvalItem.from_json(mc.to_json()) == mc
 
 

@@ -231,6 +231,13 @@ def test_always_mode_retrieves_without_asking_the_model():
     assert retriever.queries == ["Who wrote it?"] and engine.next_calls == []
 
 
+def test_a_request_query_replaces_instruction_and_input_as_x():
+    retriever = FakeRetriever(PASSAGES)
+    decode_one(DecodeConfig(mode="always", top_k=2), FakeEngine(plain_answer), retriever,
+               DecodeRequest("Say true or false.", "Ada wrote it.", query="Ada wrote it."))
+    assert retriever.queries == ["Ada wrote it."]
+
+
 @pytest.mark.parametrize(("threshold", "retrieves"), [(0.2, True), (0.25, False), (0.3, False)])
 def test_adaptive_mode_retrieves_above_the_threshold(threshold, retrieves):
     # p(Retrieval) / (p(Retrieval) + p(No Retrieval)) = 0.2 / 0.8 = 0.25
