@@ -16,17 +16,25 @@ from raypipe.eval.runner import MODES
 ANSWER_CHARS = 160
 
 
+def _cell(summary: dict[str, Any]) -> str:
+    """`accuracy (retrieval frequency)`, plus the share of closed-set outputs that named no option
+    when there are any: an accuracy of 0 then means off-format answers, not wrong ones."""
+    cell = f"{100 * summary['accuracy']:.1f} ({100 * summary['retrieval_frequency']:.0f})"
+    if summary.get("no_option"):
+        cell += f" [{100 * summary['no_option']:.0f}% no option]"
+    return cell
+
+
 def accuracy_table(metrics: dict[str, Any]) -> Table:
     """Rows: eval sets and all sets pooled; columns: accuracy (retrieval frequency) per mode."""
     modes = [m for m in MODES if m in metrics["overall"]]
-    table = Table(title="Self-RAG eval: accuracy % (retrieval frequency %)")
+    table = Table(title="Self-RAG eval: accuracy % (retrieval frequency %) [closed-set outputs naming no option]")
     table.add_column("eval set")
     for mode in modes:
         table.add_column(mode, justify="right")
     rows = [*sorted(metrics["per_set"].items()), ("all", metrics["overall"])]
     for name, by_variant in rows:
-        table.add_row(name, *(f"{100 * by_variant[m]['accuracy']:.1f} ({100 * by_variant[m]['retrieval_frequency']:.0f})"
-                              for m in modes))
+        table.add_row(name, *(_cell(by_variant[m]) for m in modes))
     return table
 
 

@@ -39,14 +39,20 @@ def test_judge_qa_fact_and_mc():
     qa = judge("qa", ("film director",), {}, _result("She was a film director.", sups=(0.5, 1.0)))
     assert qa == Scored(correct=True, exact=False, retrieved=True, is_sup=0.75)
     fact = judge("fact", ("true",), {}, _result("False", option="true", retrieved=False))
-    assert fact == Scored(correct=True, exact=False, retrieved=False, is_sup=None)
+    assert fact == Scored(correct=True, exact=False, retrieved=False, is_sup=None, no_option=False)
     mc = judge("mc", ("B",), {"A": "Rome", "B": "Lyon"}, _result("Lyon", option="A"))
     assert (mc.correct, mc.exact) == (False, True)  # exact: the text names the gold choice
+    off_format = judge("mc", ("B",), {"A": "Rome", "B": "Lyon"}, _result("Further details follow.", option=None))
+    assert (off_format.correct, off_format.no_option) == (False, True)
+    assert qa.no_option is None
 
 
 def test_summarize_fractions():
     scored = [Scored(True, True, True, 1.0), Scored(True, False, False, None),
               Scored(False, False, True, 0.5), Scored(False, False, False, None)]
     assert summarize(scored) == {"n": 4, "accuracy": 0.5, "exact_match": 0.25, "retrieval_frequency": 0.5,
-                                 "is_sup": 0.75}
+                                 "is_sup": 0.75, "no_option": None}
+    closed = [Scored(False, False, False, None, no_option=True), Scored(True, True, False, None, no_option=False),
+              Scored(False, False, False, None, no_option=False), Scored(True, True, True, None)]
+    assert summarize(closed)["no_option"] == pytest.approx(1 / 3)  # over the three closed-set items
     assert summarize([])["accuracy"] is None
