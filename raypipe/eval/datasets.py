@@ -51,8 +51,8 @@ class EvalItem:
 
     def request(self) -> DecodeRequest:
         """Closed-set items retrieve with their input (the claim, or the question with its choices):
-        on the held-out splits of a 12k world that finds the entity's passage first for 80% (fact) and 85% (mc) of
-        items, against 74% and 81% with the shared task instruction in front."""
+        on the held-out splits of a 12k world that finds the entity's passage first for 80% (fact)
+        and 85% (mc) of items, against 74% and 81% with the shared task instruction in front."""
         query = self.input if self.task in ("fact", "mc") else None
         return DecodeRequest(self.instruction, self.input, self.options(), query=query)
 
