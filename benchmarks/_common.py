@@ -1,7 +1,7 @@
 """Shared plumbing for benchmarks: machine facts, versions, result files, timing.
 
 Every benchmark writes benchmarks/results/<name>.json holding its figures, the same-run baseline, the
-ratio, and where it ran (DESIGN §3), so a number is never quoted without its context.
+ratio, and where it ran (ARCHITECTURE.md §3), so a number is never quoted without its context.
 """
 
 from __future__ import annotations

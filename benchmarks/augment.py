@@ -70,7 +70,7 @@ def sequential_loop(instances_dir: Path, cfg, limit: int, threads: int | None = 
 
     table = pq.read_table(instances_dir).slice(0, limit)
     batch = {c: np.array(table[c].to_pylist(), dtype=object) for c in table.column_names}
-    steps = algorithm_steps(cfg.augment)
+    steps = algorithm_steps(cfg.augment, cfg.retrieval.top_k, cfg.limits)
     default_threads = torch.get_num_threads()
     torch.set_num_threads(threads or default_threads)
     try:
@@ -121,7 +121,7 @@ def main() -> None:
             f"retrieval.index.passages={world / 'passages'}", f"retrieval.index.out_dir={work / 'index'}",
             "retrieval.index.embed_actors=2",
             f"augment.instances={world / 'instances'}", f"augment.critic={critic}",
-            f"augment.out_dir={work / 'gen'}", "augment.top_k=3",
+            f"augment.out_dir={work / 'gen'}", "retrieval.top_k=3",
         ]
         cfg = load_config(None, overrides)
         ensure_ray(cfg.ray)

@@ -82,7 +82,7 @@ def batched_vs_single(model_dir: Path, rows: list[dict], single_rows: int) -> di
     from raypipe.critic.predict import CriticPredictor
 
     torch.set_num_threads(1)
-    predictor = CriticPredictor(model_dir, batch_size=BATCH_SIZE, device="cpu")
+    predictor = CriticPredictor.load(model_dir, batch_size=BATCH_SIZE, device="cpu")
     sample = rows[:: max(1, len(rows) // single_rows)][:single_rows]  # every aspect, in proportion
     batched = rows_per_second(predictor, rows, one_at_a_time=False)
     single = rows_per_second(predictor, sample, one_at_a_time=True)
@@ -90,13 +90,28 @@ def batched_vs_single(model_dir: Path, rows: list[dict], single_rows: int) -> di
             "batched_vs_single_ratio": round(batched["rows_per_s"] / single["rows_per_s"], 2)}
 
 
+class CriticActor:
+    """A Ray Data actor holding one critic (one torch thread): adds each row's group distribution."""
+
+    def __init__(self, model_dir: str):
+        import torch
+
+        from raypipe.critic.predict import CriticPredictor
+
+        torch.set_num_threads(1)
+        self.predictor = CriticPredictor.load(model_dir, batch_size=BATCH_SIZE, device="cpu")
+
+    def __call__(self, batch: dict) -> dict:
+        probs = self.predictor.predict_prompts(list(batch["prompt"]), list(batch["aspect"]))
+        return {"id": batch["id"], "probs": [p.tolist() for p in probs]}
+
+
 def ray_throughput(model_dir: Path, rows: list[dict], actors: int) -> dict:
     import ray
 
-    from raypipe.critic.stage import predict_dataset
-
     ds = ray.data.from_items(rows, override_num_blocks=max(8, len(rows) // BATCH_SIZE))
-    out = predict_dataset(ds, model_dir, actors=actors, batch_size=BATCH_SIZE, cpus_per_actor=1.0)
+    out = ds.map_batches(CriticActor, fn_constructor_kwargs={"model_dir": str(model_dir)}, batch_size=BATCH_SIZE,
+                         compute=ray.data.ActorPoolStrategy(size=actors), num_cpus=1.0)
     start = time.perf_counter()
     first_at, after_first, total = None, 0, 0
     for batch in out.iter_batches(batch_size=None, batch_format="pyarrow"):

@@ -5,11 +5,11 @@ Setup (built in a temp dir, deterministic): a synthetic world, a random-weight L
 (so the engine, not Python overhead, dominates a request, as with a real model) and a Flat faiss index
 of world passages. Every model replica gets `torch_threads=1`: one core's worth of threads.
 
-1. `rps_1_replica`: one Ingress, TreeSearch, Generator and Retriever; `concurrency` closed-loop clients
+1. `rps_1_replica`: one Ingress, Decoder, Generator and Retrieval; `concurrency` closed-loop clients
    for `duration_s` (or `max_requests`, whichever ends first) after a warm-up.
-2. `rps_2_replicas`: the same load with 2 TreeSearch, Generator and Retriever replicas. The ratio to
+2. `rps_2_replicas`: the same load with 2 Decoder, Generator and Retrieval replicas. The ratio to
    (1) is the figure: the same-run baseline. Target >= 1.6x with 0 errors.
-3. Autoscaling: TreeSearch with min 1 / max 2 replicas and short delays; one client, then `burst`
+3. Autoscaling: the Decoder with min 1 / max 2 replicas and short delays; one client, then `burst`
    clients, then one client again, while serve.status() is sampled; the replica counts over time
    must show a scale-up and a scale-down.
 
@@ -39,11 +39,13 @@ import httpx  # noqa: E402
 
 from benchmarks._common import timer, write_result  # noqa: E402
 from raypipe.config import (  # noqa: E402
-    DecodeConfig,
     EncoderConfig,
+    EngineConfig,
     IndexConfig,
+    MethodsConfig,
     RaypipeConfig,
     RetrievalConfig,
+    SelfRAGSettings,
     ServeConfig,
     TinyModelConfig,
     WorldConfig,
@@ -100,23 +102,23 @@ def build_assets(root: Path, plan: Plan) -> tuple[Path, RetrievalConfig]:
     embedder.embed_file(source, shard_path(index_dir, source), source_stamp(source, EncoderConfig()))
     index = IndexConfig(passages=str(source), out_dir=str(index_dir), factory="Flat")
     assemble_index(index_dir, [source], True, index)
-    return model, RetrievalConfig(index=index)
+    return model, RetrievalConfig(index=index, top_k=2)
 
 
 def app_config(model: Path, retrieval: RetrievalConfig, plan: Plan, port: int, replicas: int,
                autoscale: tuple[int, int] | None = None) -> RaypipeConfig:
-    """`replicas` of every deployment on the request path, or TreeSearch autoscaled within `autoscale`.
+    """`replicas` of every deployment on the request path, or the Decoder autoscaled within `autoscale`.
     CPU shares are small enough that 2 replicas of everything fit 2 cores' worth of Ray CPUs."""
     low, high = autoscale or (replicas, replicas)
     serve = ServeConfig(
-        port=port, app_name=APP, generator=str(model), generator_replicas=replicas, retriever_replicas=replicas,
+        port=port, app_name=APP, generator=str(model), generator_replicas=replicas, retrieval_replicas=replicas,
         min_replicas=low, max_replicas=high, target_ongoing_requests=2.0, upscale_delay_s=1.0,
         downscale_delay_s=3.0, look_back_period_s=2.0, metrics_interval_s=0.5, max_ongoing_requests=plan.burst,
-        max_queued_requests=4 * plan.burst, generator_cpus=0.4, retriever_cpus=0.2, tree_search_cpus=0.1,
+        max_queued_requests=4 * plan.burst, generator_cpus=0.4, retrieval_cpus=0.2, decoder_cpus=0.1,
         ingress_cpus=0.1, torch_threads=1, max_tokens_limit=plan.max_tokens)
-    decode = DecodeConfig(engine="hf", mode="always", top_k=2, beam_width=2, max_depth=1,
-                          max_new_tokens=plan.max_tokens)
-    return RaypipeConfig(serve=serve, decode=decode, retrieval=retrieval)
+    selfrag = SelfRAGSettings(mode="always", beam_width=2, max_depth=1, max_new_tokens=plan.max_tokens)
+    return RaypipeConfig(serve=serve, engine=EngineConfig(kind="hf"), methods=MethodsConfig(selfrag=selfrag),
+                         retrieval=retrieval)
 
 
 # --- load ------------------------------------------------------------------------------------------
@@ -204,7 +206,7 @@ def measure(cfg: RaypipeConfig, plan: Plan) -> dict[str, Any]:
 
 
 def autoscaling_run(cfg: RaypipeConfig, plan: Plan) -> dict[str, Any]:
-    """Low -> high -> low load on an autoscaled TreeSearch, sampling its replicas: RUNNING ones and
+    """Low -> high -> low load on an autoscaled Decoder, sampling its replicas: RUNNING ones and
     those STARTING (the autoscaler has decided on them; a process start takes seconds)."""
     from ray import serve
 
@@ -219,8 +221,8 @@ def autoscaling_run(cfg: RaypipeConfig, plan: Plan) -> dict[str, Any]:
         while time.perf_counter() < until:
             running, starting = await asyncio.gather(asyncio.to_thread(replica_counts, APP),
                                                      asyncio.to_thread(replica_counts, APP, ("STARTING",)))
-            samples.append({"t": round(time.perf_counter() - start, 2), "running": running.get("TreeSearch", 0),
-                            "starting": starting.get("TreeSearch", 0)})
+            samples.append({"t": round(time.perf_counter() - start, 2), "running": running.get("Decoder", 0),
+                            "starting": starting.get("Decoder", 0)})
             await asyncio.sleep(0.5)
 
     async def run() -> LoadResult:

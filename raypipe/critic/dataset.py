@@ -109,8 +109,10 @@ def run_label(cfg: RaypipeConfig) -> dict[str, Any]:
         return {**json.loads(stats_path.read_text()), "skipped": True}
     start = time.perf_counter()
     (out / "_SUCCESS").unlink(missing_ok=True)
-    instances, instance_report = read_records(lc.instances, "instance", out / "rejects" / "instances")
-    passages, passage_report = read_records(lc.passages, "passage", out / "rejects" / "passages")
+    instances, instance_report = read_records(lc.instances, "instance", out / "rejects" / "instances",
+                                              limits=cfg.limits)
+    passages, passage_report = read_records(lc.passages, "passage", out / "rejects" / "passages",
+                                            limits=cfg.limits)
     if instances.num_rows == 0 or passages.num_rows == 0:
         raise RaypipeError(f"nothing to label: {instances.num_rows} valid instances in {lc.instances}, "
                            f"{passages.num_rows} valid passages in {lc.passages}")

@@ -2,7 +2,7 @@
 
 It plays GPT-4's part of Self-RAG §3.2.1 offline. The world records, per instance, whether the input
 needs retrieval, which passages support which output sentence (fully or partly), which passages are
-relevant, and the output's utility; the rules below (the world contract, .notes/WORLD.md) turn that
+relevant, and the output's utility; the rules below (the world contract, ARCHITECTURE.md §5) turn that
 into the token GPT-4 would ideally answer. The paper's manual check found GPT-4 agreeing with humans
 90-95% of the time (App. A.1), so a configurable `error_rate` swaps the true token for a random other
 token of the aspect. The swap is a function of (seed, request id) only: the same request gets the same

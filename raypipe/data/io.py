@@ -6,7 +6,10 @@ is never dropped silently: it goes to ``<rejects_dir>/<file stem>.rejects.jsonl`
 file, position, id, reason, field and raw text, and the per-reason counts land in a `ReadReport` that
 jobs put in their stats JSON. A file that cannot be read at all is a `DataError` naming the file.
 
-Reject reasons (exact strings, used as stats keys): see `REASONS`.
+Reject reasons (exact strings, used as stats keys): see `REASONS`. Size limits come from the config's
+`limits` section (`LimitsConfig`; its defaults when a caller passes none): a field longer than its
+limit is `too_long`, and the record's detail gives the size. A reject record's `raw` is cut to
+`RAW_MAX_CHARS` (its full length in `raw_chars`), so one huge row cannot swell the rejects file.
 
 Formats: ``.jsonl`` (one JSON object per line), ``.json`` (JSON lines, or one JSON array of objects
 when the file starts with ``[``; an array file is read whole) and ``.parquet`` (streamed by batches).
@@ -29,6 +32,7 @@ from typing import IO, Any, Literal, NamedTuple
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from raypipe.config import LimitsConfig
 from raypipe.data.schemas import NON_EMPTY, OPTIONAL_DEFAULTS, SCHEMAS
 from raypipe.errors import DataError
 
@@ -38,7 +42,9 @@ Kind = Literal["instance", "passage"]
 
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
 REASONS = ("malformed_json", "missing_field", "wrong_type", "empty_output", "empty_field", "duplicate_id",
-           "invalid_utf8")
+           "invalid_utf8", "too_long", "too_many_sentences")
+#: `too_many_sentences` is given where outputs are split (augmentation), not by the readers here
+RAW_MAX_CHARS = 4096
 #: `meta` is stored as a JSON string; rows may carry it as an object, which is serialized.
 META_FIELD = "meta"
 
@@ -113,8 +119,9 @@ def _as_meta_json(value: Any) -> str | _Problem:
     return _Problem("wrong_type", META_FIELD, f"meta must be a JSON object, got {type(value).__name__}")
 
 
-def _clean_row(row: Any, kind: str) -> dict[str, str] | _Problem:
-    """The row reduced to the schema's fields as strings, or the first problem found (schema order)."""
+def _clean_row(row: Any, kind: str, max_chars: dict[str, int]) -> dict[str, str] | _Problem:
+    """The row reduced to the schema's fields as strings, or the first problem found (schema order;
+    sizes are checked last, against `max_chars`: field -> longest value accepted)."""
     if not isinstance(row, dict):
         return _Problem("malformed_json", None, f"expected a JSON object, got {type(row).__name__}")
     defaults = OPTIONAL_DEFAULTS[kind]
@@ -142,12 +149,21 @@ def _clean_row(row: Any, kind: str) -> dict[str, str] | _Problem:
         if not clean[name].strip():
             reason = "empty_output" if name == "output" else "empty_field"
             return _Problem(reason, name, f"{name!r} is empty")
+    for name, limit in max_chars.items():
+        if len(clean[name]) > limit:
+            return _Problem("too_long", name, f"{name!r} has {len(clean[name]):,} characters (limit {limit:,})")
     return clean
 
 
 def _printable(value: Any) -> str:
     """JSON fallback for a rejected row's raw text: bytes (bad UTF-8 from parquet) stay readable."""
     return value.decode("utf-8", errors="backslashreplace") if isinstance(value, bytes) else repr(value)
+
+
+def _printable_id(value: Any) -> str:
+    """A rejected row's id as text: undecodable bytes are shown with backslash escapes, cut to 200."""
+    text = value.decode("utf-8", errors="backslashreplace") if isinstance(value, bytes) else str(value)
+    return text[:200]
 
 
 class _BatchBuilder:
@@ -157,8 +173,9 @@ class _BatchBuilder:
     first valid occurrence of an id wins.
     """
 
-    def __init__(self, kind: str, source: str, seen_ids: set[str] | None):
+    def __init__(self, kind: str, source: str, seen_ids: set[str] | None, limits: LimitsConfig | None):
         self.kind, self.source, self.seen_ids = kind, source, seen_ids
+        self.max_chars = (limits or LimitsConfig()).chars(kind)
         self.schema = _schema(kind)
         self.columns: dict[str, list[str]] = {name: [] for name in self.schema.names}
         self.rejects: list[dict[str, Any]] = []
@@ -172,7 +189,7 @@ class _BatchBuilder:
         row = item.row
         if isinstance(row, dict):
             self.extra_fields.update(row.keys() - self.columns.keys())
-        clean = _clean_row(row, self.kind)
+        clean = _clean_row(row, self.kind, self.max_chars)
         if isinstance(clean, dict) and self.seen_ids is not None:
             if clean["id"] in self.seen_ids:
                 clean = _Problem("duplicate_id", "id", f"id {clean['id']!r} already seen")
@@ -186,11 +203,16 @@ class _BatchBuilder:
 
     def _reject(self, problem: _Problem, line: int, row: Any, raw: str | None) -> None:
         row_id = row.get("id") if isinstance(row, dict) else None
-        self.rejects.append({
-            "source": self.source, "line": line, "id": None if row_id is None else str(row_id),
+        if raw is None:
+            raw = json.dumps(row, ensure_ascii=False, default=_printable)
+        record = {
+            "source": self.source, "line": line, "id": None if row_id is None else _printable_id(row_id),
             "reason": problem.reason, "field": problem.field, "detail": problem.detail,
-            "raw": raw if raw is not None else json.dumps(row, ensure_ascii=False, default=_printable),
-        })
+            "raw": raw[:RAW_MAX_CHARS],
+        }
+        if len(raw) > RAW_MAX_CHARS:
+            record["raw_chars"] = len(raw)
+        self.rejects.append(record)
 
     def table(self) -> pa.Table:
         return pa.table(self.columns, schema=self.schema)
@@ -208,15 +230,17 @@ def _rows_of(batch: pa.Table | pa.RecordBatch) -> list[dict[str, Any]]:
     return [{name: values[i] for name, values in columns.items()} for i in range(batch.num_rows)]
 
 
-def validate_batch(table: pa.Table, kind: Kind, source: str,
-                   seen_ids: set[str] | None = None) -> tuple[pa.Table, list[dict[str, Any]]]:
+def validate_batch(table: pa.Table, kind: Kind, source: str, seen_ids: set[str] | None = None,
+                   limits: LimitsConfig | None = None) -> tuple[pa.Table, list[dict[str, Any]]]:
     """Good rows (conforming to the kind's schema, input order kept) and reject records of one batch.
 
     Meant for Ray Data ``map_batches(batch_format="pyarrow")``: there a batch has no file position, so
-    a reject's `line` is the 1-based row within `table`. With `seen_ids` None duplicates are not
-    checked (workers cannot share a set; deduplicate in the reader instead).
+    a reject's `line` is the 1-based row within `table` (which is how a caller maps rejects back to
+    rows: ids can repeat). With `seen_ids` None duplicates are not checked (workers cannot share a
+    set; deduplicate in the reader instead). A string column holding invalid UTF-8 is fine here: the
+    bad cells become `invalid_utf8` rejects.
     """
-    builder = _BatchBuilder(kind, source, seen_ids)
+    builder = _BatchBuilder(kind, source, seen_ids, limits)
     for line, row in enumerate(_rows_of(table), start=1):
         builder.feed(_Item(line, row))
     return builder.table(), builder.rejects
@@ -401,7 +425,7 @@ class _RejectsFile:
 
 
 def _iter_file(path: Path, kind: str, batch_size: int, rejects_dir: str | Path | None,
-               seen_ids: set[str]) -> Iterator[tuple[pa.Table, ReadReport]]:
+               seen_ids: set[str], limits: LimitsConfig | None) -> Iterator[tuple[pa.Table, ReadReport]]:
     """Validated batches of one file. Yields at least once (an empty table for an empty file), and
     the last yield carries the file's final report with its committed `rejects_path`."""
     report = ReadReport(path=str(path), kind=kind)
@@ -410,7 +434,7 @@ def _iter_file(path: Path, kind: str, batch_size: int, rejects_dir: str | Path |
     pending: tuple[pa.Table, ReadReport] | None = None
     try:
         for chunk in _chunks(_items(path, kind, batch_size), batch_size):
-            builder = _BatchBuilder(kind, str(path), seen_ids)
+            builder = _BatchBuilder(kind, str(path), seen_ids, limits)
             for item in chunk:
                 builder.feed(item)
             rejects.write(builder.rejects)
@@ -434,8 +458,8 @@ def _iter_file(path: Path, kind: str, batch_size: int, rejects_dir: str | Path |
     yield (pending[0] if pending is not None else _schema(kind).empty_table()), report.snapshot()
 
 
-def iter_batches(path: str | Path, kind: Kind, batch_size: int = 10_000,
-                 rejects_dir: str | Path | None = None) -> Iterator[tuple[pa.Table, ReadReport]]:
+def iter_batches(path: str | Path, kind: Kind, batch_size: int = 10_000, rejects_dir: str | Path | None = None,
+                 limits: LimitsConfig | None = None) -> Iterator[tuple[pa.Table, ReadReport]]:
     """Streams validated tables of at most `batch_size` rows from a file or a directory of files.
 
     Memory stays flat apart from the set of ids seen, which spans the whole stream so duplicates across
@@ -447,11 +471,11 @@ def iter_batches(path: str | Path, kind: Kind, batch_size: int = 10_000,
     _schema(kind)
     seen_ids: set[str] = set()
     for file in list_data_files(path):
-        yield from _iter_file(file, kind, batch_size, rejects_dir, seen_ids)
+        yield from _iter_file(file, kind, batch_size, rejects_dir, seen_ids, limits)
 
 
-def read_records(path: str | Path, kind: Kind,
-                 rejects_dir: str | Path | None = None) -> tuple[pa.Table, ReadReport]:
+def read_records(path: str | Path, kind: Kind, rejects_dir: str | Path | None = None,
+                 limits: LimitsConfig | None = None) -> tuple[pa.Table, ReadReport]:
     """A whole file or directory as one validated table (input order kept) and the combined report.
 
     For a directory, the report's `rejects_path` is `rejects_dir` when any file had rejects (each file
@@ -459,7 +483,7 @@ def read_records(path: str | Path, kind: Kind,
     """
     tables: list[pa.Table] = []
     final: dict[str, ReadReport] = {}
-    for table, report in iter_batches(path, kind, rejects_dir=rejects_dir):
+    for table, report in iter_batches(path, kind, rejects_dir=rejects_dir, limits=limits):
         tables.append(table)
         final[report.path] = report
     total = ReadReport(path=str(path), kind=kind)

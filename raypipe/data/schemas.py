@@ -1,6 +1,6 @@
 """Arrow schemas of the rows that flow through raypipe, and the per-row validation rules.
 
-Every row carries a stable string `id` from ingest to the end (DESIGN §1). `meta` is a JSON string so
+Every row carries a stable string `id` from ingest to the end (ARCHITECTURE.md §1). `meta` is a JSON string so
 that heterogeneous ground truth (which passage supports which sentence, answer options, labels) fits
 one Arrow column without a union type.
 """

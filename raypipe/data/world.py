@@ -1,8 +1,9 @@
-"""`raypipe data synth`: write the synthetic knowledge world (DESIGN §5, contract in WORLD.md).
+"""`raypipe data synth`: write the synthetic knowledge world (ARCHITECTURE.md §5).
 
 Layout under `cfg.out_dir`: passages/ and web/passages/ (PASSAGE_SCHEMA shards), instances/
-(INSTANCE_SCHEMA shards, training only), eval/heldout_{qa,fact,mc}.jsonl, config.json, world.json,
-_SUCCESS.
+(INSTANCE_SCHEMA shards, training only), eval/heldout_{qa,fact,mc,noret}.jsonl, config.json, world.json,
+_SUCCESS. A finished world gains eval splits added since it was written (each split has its own
+seed, so the others keep their bytes).
 
 Streaming: every shard is generated from its own seeded RNG and the on-demand `World`, in batches, and
 written atomically; nothing is held across shards, so memory depends on `shard_size`, not on
@@ -115,7 +116,8 @@ def _claim_out_dir(out: Path, cfg: WorldConfig) -> None:
 
 
 def _write_eval(world: World, heldout: list[int], out: Path) -> dict[str, int]:
-    """The held-out splits: questions about the `heldout` people, answerable only from passages/web."""
+    """The held-out splits: questions about the `heldout` people, answerable only from passages/web,
+    and instructions that need no retrieval (heldout_noret)."""
     counts = {}
     for split, build in EVAL_BUILDERS.items():
         path = out / "eval" / f"{split}.jsonl"
@@ -153,8 +155,15 @@ def synthesize(cfg: WorldConfig) -> dict[str, Any]:
     out = Path(cfg.out_dir)
     _claim_out_dir(out, cfg)
     if (out / "_SUCCESS").exists():
-        logger.info("%s already holds this world; nothing to do", out)
-        return json.loads((out / "world.json").read_text())
+        stats = json.loads((out / "world.json").read_text())
+        missing = [s for s in EVAL_BUILDERS if not (out / "eval" / f"{s}.jsonl").exists()]
+        if missing:
+            logger.info("%s: writing eval split(s) %s, added since this world was written", out, missing)
+            stats["eval"] = _write_eval(world, world.heldout_people(), out)
+            (out / "world.json").write_text(json.dumps(stats, indent=2) + "\n")
+        else:
+            logger.info("%s already holds this world; nothing to do", out)
+        return stats
 
     size = world.size
     logger.info("world: %d instances, %d people (%d distractors), %d works, %d organisations, %d cities, "

@@ -60,7 +60,7 @@ class Draft:
     extras: dict[str, Any] = field(default_factory=dict)
 
     def row(self, row_id: str, dataset: str) -> dict[str, str]:
-        """The INSTANCE_SCHEMA row; `meta` follows the contract in WORLD.md."""
+        """The INSTANCE_SCHEMA row; `meta` follows the contract in ARCHITECTURE.md §5."""
         meta = {
             "entity_id": self.entity_id, "entity": self.entity, "needs_retrieval": self.needs_retrieval,
             "sentences": self.sentences, "relevant_passages": self.relevant_passages,
@@ -159,7 +159,20 @@ def instruct_creative(world: World, rng: random.Random, imperfect: bool) -> Draf
     return Draft(instruction, [_plain(s) for s in chosen], utility, needs_retrieval=False)
 
 
-def instruct_arith(world: World, rng: random.Random, imperfect: bool) -> Draft:
+@dataclass(frozen=True)
+class Problem:
+    """An instruction with one exact answer (arithmetic, string tasks): the training instance states
+    `output`; the held-out no-retrieval eval set judges `answer`."""
+
+    instruction: str
+    input: str
+    answer: str
+    output: str
+    #: how an off-target output of the training mix refers to the problem
+    topic: str = ""
+
+
+def arith_problem(rng: random.Random) -> Problem:
     a, b = rng.randint(2, 99), rng.randint(2, 99)
     op = rng.choice(("plus", "minus", "times"))
     if op == "minus" and b > a:
@@ -169,32 +182,41 @@ def instruct_arith(world: World, rng: random.Random, imperfect: bool) -> Draft:
         instruction, inp = f"What is {a} {op} {b}?", ""
     else:
         instruction, inp = "Compute the following expression.", f"{a} {op} {b}"
-    if imperfect:
-        return Draft(instruction, [_plain(f"The result of {a} {op} {b} is a whole number.")], 1,
-                     needs_retrieval=False, input=inp)
-    return Draft(instruction, [_plain(f"{a} {op} {b} is {result}.")], 5, needs_retrieval=False, input=inp)
+    return Problem(instruction, inp, str(result), f"{a} {op} {b} is {result}.", topic=f"{a} {op} {b}")
 
 
-def instruct_string(world: World, rng: random.Random, imperfect: bool) -> Draft:
+def string_problem(rng: random.Random) -> Problem:
     word = rng.choice(vocab.STRING_WORDS)
     kind = rng.randrange(4)
     if kind == 0:
-        instruction = f"Reverse the letters of the word {word}."
-        answer = f"Reversed, {word} becomes {word[::-1]}."
-    elif kind == 1:
-        instruction = f"Write the word {word} in capital letters."
-        answer = f"In capital letters it is {word.upper()}."
-    elif kind == 2:
-        instruction = f"How many letters does the word {word} have?"
-        answer = f"The word {word} has {len(word)} letters."
-    else:
-        words = rng.sample(vocab.STRING_WORDS, 3)
-        first, second, third = sorted(words)
-        instruction = f"Sort these words alphabetically: {', '.join(words)}."
-        answer = f"In alphabetical order the words are {first}, {second} and {third}."
+        return Problem(f"Reverse the letters of the word {word}.", "", word[::-1],
+                       f"Reversed, {word} becomes {word[::-1]}.")
+    if kind == 1:
+        return Problem(f"Write the word {word} in capital letters.", "", word.upper(),
+                       f"In capital letters it is {word.upper()}.")
+    if kind == 2:
+        return Problem(f"How many letters does the word {word} have?", "", str(len(word)),
+                       f"The word {word} has {len(word)} letters.")
+    words = rng.sample(vocab.STRING_WORDS, 3)
+    first, second, third = sorted(words)
+    listed = f"{first}, {second} and {third}"
+    return Problem(f"Sort these words alphabetically: {', '.join(words)}.", "", listed,
+                   f"In alphabetical order the words are {listed}.")
+
+
+def instruct_arith(world: World, rng: random.Random, imperfect: bool) -> Draft:
+    p = arith_problem(rng)
     if imperfect:
-        return Draft(instruction, [_plain("That is a simple word puzzle.")], 1, needs_retrieval=False)
-    return Draft(instruction, [_plain(answer)], 5, needs_retrieval=False)
+        return Draft(p.instruction, [_plain(f"The result of {p.topic} is a whole number.")], 1,
+                     needs_retrieval=False, input=p.input)
+    return Draft(p.instruction, [_plain(p.output)], 5, needs_retrieval=False, input=p.input)
+
+
+def instruct_string(world: World, rng: random.Random, imperfect: bool) -> Draft:
+    p = string_problem(rng)
+    if imperfect:
+        return Draft(p.instruction, [_plain("That is a simple word puzzle.")], 1, needs_retrieval=False)
+    return Draft(p.instruction, [_plain(p.output)], 5, needs_retrieval=False)
 
 
 # --- knowledge-intensive tasks --------------------------------------------------------------------------
@@ -378,8 +400,32 @@ def heldout_mc(world: World, rng: random.Random, i: int, item_id: str) -> dict[s
             "entity": entity, "passage_ids": list(fact.passages), "relation": fact.relation}
 
 
+#: the categories of the no-retrieval eval set, drawn with equal weight
+NORET_CATEGORIES = ("arith", "string", "creative")
+
+
+def heldout_noret(world: World, rng: random.Random, i: int, item_id: str) -> dict[str, Any]:
+    """An instruction that needs no retrieval (Self-RAG §3.3: adaptive retrieval should not fire on
+    it), drawn from the training mix's arithmetic, string and creative templates with this split's
+    own seed. Arithmetic and string items carry their one exact answer; creative items have none
+    (`answers` is empty): they only count for retrieval frequency. `i` (a held-out person) is unused.
+    A drawn item can coincide with a training instance by chance (the templates and word lists are
+    small); that does not matter for what this set measures, whether retrieval fires."""
+    category = rng.choice(NORET_CATEGORIES)
+    if category == "creative":
+        draft = instruct_creative(world, rng, False)
+        instruction, inp, answers = draft.instruction, draft.input, []
+        reference = " ".join(s["text"] for s in draft.sentences)
+    else:
+        problem = (arith_problem if category == "arith" else string_problem)(rng)
+        instruction, inp, answers, reference = problem.instruction, problem.input, [problem.answer], problem.output
+    return {"id": item_id, "instruction": instruction, "input": inp, "answers": answers, "category": category,
+            "reference": reference}
+
+
 EVAL_BUILDERS: dict[str, Callable[[World, random.Random, int, str], dict[str, Any]]] = {
     "heldout_qa": heldout_qa,
     "heldout_fact": heldout_fact,
     "heldout_mc": heldout_mc,
+    "heldout_noret": heldout_noret,
 }

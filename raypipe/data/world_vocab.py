@@ -1,4 +1,4 @@
-"""Word lists and name spaces of the synthetic knowledge world (DESIGN §5).
+"""Word lists and name spaces of the synthetic knowledge world (ARCHITECTURE.md §5).
 
 Names are built from parts (first name x surname, syllable heads x tails) so that a few hundred
 hand-written words give hundreds of thousands of distinct, pronounceable names without a download.

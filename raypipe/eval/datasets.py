@@ -1,8 +1,11 @@
-"""Eval sets: jsonl rows of three shapes, validated into decoding requests with their gold answers.
+"""Eval sets: jsonl rows of four shapes, validated into decoding requests with their gold answers.
 
 - short-form QA (PopQA/TriviaQA-like): {"id", "question", "answers": [str, ...]}
 - fact verification (PubHealth-like): {"id", "claim", "label": "true" | "false"}
 - multiple choice (ARC-like): {"id", "question", "choices": {"A": str, ...}, "answerKey": "A"}
+- an instruction that needs no retrieval (arithmetic, string, creative; Alpaca-like):
+  {"id", "instruction", "input"?: str, "answers": [str, ...]}; `answers` may be empty (a creative
+  task has no one answer): such items count for retrieval frequency, not accuracy
 The shape is recognised per row, so one file may mix them. Prompts follow the paper's Table 5 and the
 synthetic world's training instances (QA: the question is the instruction; closed-set tasks: a task
 instruction with the claim or the question and its lettered choices as input). Bad rows go to
@@ -20,19 +23,20 @@ from typing import Any, Literal
 from raypipe.data.io import ReadReport, write_jsonl
 from raypipe.data.world_tasks import FACT_INSTRUCTION, MC_INSTRUCTION
 from raypipe.errors import DataError
-from raypipe.inference.closed_set import Option, choice_options, verdict_options
-from raypipe.inference.selfrag import DecodeRequest
+from raypipe.methods.base import MethodRequest
+from raypipe.methods.closed_set import Option, choice_options, verdict_options
 from raypipe.prompts import format_choices
 
 logger = logging.getLogger(__name__)
 
-Task = Literal["qa", "fact", "mc"]
+Task = Literal["qa", "fact", "mc", "instruction"]
 VERDICTS = ("true", "false")
 
 
 @dataclass(frozen=True)
 class EvalItem:
-    """One eval question. `golds`: the accepted answers (qa), the label (fact) or the answer key (mc)."""
+    """One eval question. `golds`: the accepted answers (qa), the label (fact), the answer key (mc) or
+    the exact answer of an instruction (none for creative ones: not judged)."""
 
     id: str
     set: str
@@ -49,12 +53,12 @@ class EvalItem:
             return choice_options(self.choices)
         return ()
 
-    def request(self) -> DecodeRequest:
+    def request(self) -> MethodRequest:
         """Closed-set items retrieve with their input (the claim, or the question with its choices):
         on the held-out splits of a 12k world that finds the entity's passage first for 80% (fact)
         and 85% (mc) of items, against 74% and 81% with the shared task instruction in front."""
         query = self.input if self.task in ("fact", "mc") else None
-        return DecodeRequest(self.instruction, self.input, self.options(), query=query)
+        return MethodRequest(self.instruction, self.input, self.options(), query=query)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False)
@@ -103,12 +107,29 @@ def parse_item(row: Any, set_name: str) -> EvalItem:
             raise _Reject("bad_label", "answerKey", f"answerKey {key!r} is not one of {list(choices)}")
         question = _text(row, "question")
         return EvalItem(item_id, set_name, "mc", MC_INSTRUCTION, format_choices(question, choices), (key,), dict(choices))
+    if "instruction" in row:
+        return _instruction_item(row, item_id, set_name)
     if "answers" in row:
         answers = row["answers"]
         if not isinstance(answers, list) or not answers or not all(isinstance(a, str) and a.strip() for a in answers):
             raise _Reject("wrong_type", "answers", "answers must be a non-empty list of non-empty strings")
         return EvalItem(item_id, set_name, "qa", _text(row, "question"), "", tuple(answers))
-    raise _Reject("unknown_shape", None, "expected question + answers, claim + label, or question + choices + answerKey")
+    raise _Reject("unknown_shape", None, "expected question + answers, claim + label, question + choices + "
+                  "answerKey, or instruction + answers")
+
+
+def _instruction_item(row: dict[str, Any], item_id: str, set_name: str) -> EvalItem:
+    """An instruction row; `answers` must be present (an empty list says "not judged" on purpose)."""
+    if "answers" not in row:
+        raise _Reject("missing_field", "answers", "required field 'answers' is missing (use [] for an "
+                      "instruction with no one answer)")
+    answers = row["answers"]
+    if not isinstance(answers, list) or not all(isinstance(a, str) and a.strip() for a in answers):
+        raise _Reject("wrong_type", "answers", "answers must be a list of non-empty strings")
+    inp = row.get("input") or ""
+    if not isinstance(inp, str):
+        raise _Reject("wrong_type", "input", f"'input' must be a string, got {type(inp).__name__}")
+    return EvalItem(item_id, set_name, "instruction", _text(row, "instruction"), inp, tuple(answers))
 
 
 def _lines(path: Path) -> list[tuple[int, str | None, str]]:

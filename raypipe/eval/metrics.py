@@ -2,7 +2,11 @@
 
 Short-form QA: "accuracy" is answer match, whether a normalized gold answer is contained in the
 normalized output (PopQA/TriviaQA, following Mallen et al. 2023), not exact match, which is reported
-beside it. Closed-set tasks: accuracy of the option chosen by score aggregation. Retrieval frequency:
+beside it. Closed-set tasks: accuracy of the option chosen by score aggregation. Instructions that
+need no retrieval (arithmetic, string tasks): the exact answer, in the output's own case, and for a
+number, the output's last number (so "12 times 3 is 38" is wrong though it contains 12 and 3);
+creative instructions have no one answer and are not judged (`correct` None): they count for
+retrieval frequency only, which is what that set measures (Self-RAG §3.3, Fig. 3c). Retrieval frequency:
 the share of questions for which decoding retrieved at least once. No option: the share of closed-set
 outputs that name none of the options, which count as wrong; it tells a model that answers off-format
 from one that answers wrongly.
@@ -19,6 +23,8 @@ from typing import Any
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
+_INTEGER = re.compile(r"-?\d+")
+_NUMBER_IN_TEXT = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?(?![\w])")
 
 
 def normalize_answer(text: str) -> str:
@@ -37,12 +43,36 @@ def exact_match(output: str, golds: Iterable[str]) -> bool:
     return any(normalized == normalize_answer(gold) for gold in golds)
 
 
+def instruction_match(output: str, golds: Iterable[str]) -> bool:
+    """The exact answer of an instruction: an integer gold is the output's last number; any other
+    gold occurs in the output as it is written (case kept: "write X in capital letters"), not inside
+    a longer word."""
+    for gold in golds:
+        gold = gold.strip()
+        if _INTEGER.fullmatch(gold):
+            numbers = _NUMBER_IN_TEXT.findall(output)
+            if numbers and numbers[-1].replace(",", "") == gold:
+                return True
+        elif re.search(rf"(?<!\w){re.escape(gold)}(?!\w)", output):
+            return True
+    return False
+
+
+def _exact_cased(output: str, golds: Iterable[str]) -> bool:
+    """The whole output is a gold answer, ignoring punctuation and spacing but not case."""
+    def norm(text: str) -> str:
+        return " ".join(text.translate(_PUNCTUATION).split())
+
+    return any(norm(output) == norm(gold) for gold in golds)
+
+
 @dataclass(frozen=True)
 class Scored:
-    """One prediction judged: `correct` by the task's accuracy rule, `exact` by exact match."""
+    """One prediction judged: `correct` by the task's accuracy rule, `exact` by exact match; both None
+    for an item with no answer to judge (a creative instruction)."""
 
-    correct: bool
-    exact: bool
+    correct: bool | None
+    exact: bool | None
     retrieved: bool
     #: mean s_IsSup over the output's segments generated from a passage (None: no such segment)
     is_sup: float | None
@@ -51,33 +81,42 @@ class Scored:
 
 
 def judge(task: str, golds: tuple[str, ...], choices: dict[str, str], result: dict[str, Any]) -> Scored:
-    """Score one decoded result (`DecodeResult.as_dict()`) against its golds."""
+    """Score one method result (`MethodResult.as_dict()`) against its golds; s_IsSup comes from a
+    Self-RAG trace's segments (other methods have none)."""
     text = result["text"]
     no_option = None
+    correct: bool | None
+    exact: bool | None
     if task == "qa":
         correct = answer_match(text, golds)
         exact = exact_match(text, golds)
+    elif task == "instruction":
+        correct = instruction_match(text, golds) if golds else None
+        exact = _exact_cased(text, golds) if golds else None
     else:
         correct = result["option"] == golds[0]
         exact = exact_match(text, [golds[0], *([choices[golds[0]]] if task == "mc" else [])])
         no_option = result["option"] is None
-    sup = [s["scores"]["is_sup"] for s in result["segments"] if s["citation"] and "is_sup" in s["scores"]]
+    segments = result.get("trace", {}).get("segments", [])
+    sup = [s["scores"]["is_sup"] for s in segments if s.get("citation") and "is_sup" in s.get("scores", {})]
     return Scored(correct, exact, bool(result["retrieved"]), fmean(sup) if sup else None, no_option)
 
 
 def summarize(scored: list[Scored]) -> dict[str, Any]:
-    """accuracy, exact_match, retrieval_frequency (fractions), n, the mean s_IsSup of outputs that
-    used passages (the support the IsSup weight buys, cf. the paper's Figure 3b) and no_option, over
-    the closed-set items (None if there are none)."""
+    """accuracy and exact_match over the `judged` items (None if none is), retrieval_frequency over
+    all `n`, the mean s_IsSup of outputs that used passages (the support the IsSup weight buys, cf. the
+    paper's Figure 3b) and no_option, over the closed-set items (None if there are none)."""
     if not scored:
-        return {"n": 0, "accuracy": None, "exact_match": None, "retrieval_frequency": None, "is_sup": None,
-                "no_option": None}
+        return {"n": 0, "judged": 0, "accuracy": None, "exact_match": None, "retrieval_frequency": None,
+                "is_sup": None, "no_option": None}
+    judged = [s for s in scored if s.correct is not None]
     sup = [s.is_sup for s in scored if s.is_sup is not None]
     closed = [s.no_option for s in scored if s.no_option is not None]
     return {
         "n": len(scored),
-        "accuracy": fmean(s.correct for s in scored),
-        "exact_match": fmean(s.exact for s in scored),
+        "judged": len(judged),
+        "accuracy": fmean(bool(s.correct) for s in judged) if judged else None,
+        "exact_match": fmean(bool(s.exact) for s in judged) if judged else None,
         "retrieval_frequency": fmean(s.retrieved for s in scored),
         "is_sup": fmean(sup) if sup else None,
         "no_option": fmean(closed) if closed else None,

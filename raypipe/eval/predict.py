@@ -1,8 +1,9 @@
-"""The eval job's Ray Data actor: the generator and the retriever loaded once, every decoding variant
-(modes, threshold and weight sweeps) run on each batch.
+"""The eval job's Ray Data actor: the tools of the evaluated methods loaded once, every variant (each
+method's settings and sweeps) run on each batch.
 
-Variants of one batch share a memo of engine calls and searches: an adaptive run at δ = 0.2 repeats
-most of the `always` run's generations, so a sweep costs little more than its distinct decodings.
+Variants of one batch share a memo of engine calls and searches: an adaptive Self-RAG run at δ = 0.2
+repeats most of the `always` run's generations, so a sweep costs little more than its distinct
+decodings.
 """
 
 from __future__ import annotations
@@ -10,57 +11,79 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
-from functools import partial
-from typing import Any
 
 import numpy as np
 
-from raypipe.config import DecodeConfig, RetrievalConfig
+from raypipe.config import CRAGConfig, EngineConfig, RetrievalConfig
 from raypipe.eval.datasets import EvalItem
-from raypipe.inference.engines import make_engine
-from raypipe.inference.memo import MemoEngine, MemoRetriever
-from raypipe.inference.retriever import Retriever, build_retriever
-from raypipe.inference.selfrag import SelfRAGDecoder
+from raypipe.eval.memo import MemoEngine, MemoScorer, MemoSearcher
+from raypipe.methods import get_method
+from raypipe.methods.base import Method, ToolName, Tools, Variant
+from raypipe.retrieval.types import Searcher
 
 logger = logging.getLogger(__name__)
 
-RetrieverFactory = Callable[[], Retriever]
+SearcherFactory = Callable[[], Searcher]
 
 
-@dataclass(frozen=True)
-class Variant:
-    """One decoding configuration to evaluate; `sweep` and `value` say what it varies."""
+def tools_used(variants: list[Variant]) -> set[ToolName]:
+    """Every tool some variant's method needs under its settings."""
+    return set().union(*(get_method(v.method).uses(v.settings) for v in variants))
 
-    name: str
-    sweep: str
-    value: float | str
-    decode: DecodeConfig
+
+def load_tools(used: set[ToolName], generator: str, engine: EngineConfig, retrieval: RetrievalConfig,
+               searcher_factory: SearcherFactory | None = None, crag: CRAGConfig | None = None) -> Tools:
+    """The tools `used` names, loaded in this process: the generator's engine, the dense retriever
+    (or `searcher_factory`'s stand-in), the second search source, and CRAG's evaluator and instruct LM
+    (`crag.evaluator`, `crag.lm`)."""
+    from raypipe.inference.engines import make_engine
+    from raypipe.retrieval import build_search_backend, load_retriever
+
+    crag = crag or CRAGConfig()
+
+    tools = Tools()
+    if "engine" in used:
+        tools.engine = make_engine(generator, engine)
+    if "retriever" in used:
+        tools.retriever = searcher_factory() if searcher_factory else load_retriever(retrieval)
+    if "web" in used:
+        tools.web = build_search_backend(retrieval)
+    if "evaluator" in used:
+        from raypipe.methods.crag.evaluator import load_evaluator
+
+        tools.evaluator = load_evaluator(crag.evaluator)
+    if "lm" in used:
+        tools.lm = make_engine(crag.lm, engine)
+    return tools
 
 
 class EvalPredictor:
     """`batch["item"]`: `EvalItem.to_json()` strings. Returns one row per (item, variant) with the
-    decoded result as JSON."""
+    method's result as JSON."""
 
-    def __init__(self, generator: str, decode: dict[str, Any], variants: list[dict[str, Any]],
-                 retrieval: dict[str, Any], retriever_factory: RetrieverFactory | None = None):
-        self.engine = make_engine(generator, DecodeConfig.model_validate(decode))
-        self.variants = [(v["name"], DecodeConfig.model_validate(v["decode"])) for v in variants]
-        self.retriever: Retriever | None = None
-        if any(cfg.mode != "never" for _, cfg in self.variants):
-            factory = retriever_factory or partial(build_retriever, RetrievalConfig.model_validate(retrieval))
-            self.retriever = factory()
+    def __init__(self, generator: str, engine: EngineConfig, retrieval: RetrievalConfig, variants: list[Variant],
+                 searcher_factory: SearcherFactory | None = None, crag: CRAGConfig | None = None):
+        self.variants, self.top_k = variants, retrieval.top_k
+        self.tools = load_tools(tools_used(variants), generator, engine, retrieval, searcher_factory, crag)
+
+    def _memoized(self) -> Tools:
+        t = self.tools
+        return Tools(engine=MemoEngine(t.engine) if t.engine else None,
+                     retriever=MemoSearcher(t.retriever) if t.retriever else None,
+                     web=MemoSearcher(t.web) if t.web else None, evaluator=MemoScorer(t.evaluator) if t.evaluator else None,
+                     lm=MemoEngine(t.lm) if t.lm else None)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[str]]:
         items = [EvalItem.from_json(text) for text in batch["item"]]
         requests = [item.request() for item in items]
-        engine = MemoEngine(self.engine)
-        retriever = MemoRetriever(self.retriever) if self.retriever is not None else None
+        tools = self._memoized()
+        methods: dict[str, Method] = {}
         out: dict[str, list[str]] = {"variant": [], "item": [], "result": []}
-        for name, cfg in self.variants:
-            results = SelfRAGDecoder(engine, retriever, cfg).decode(requests)
+        for v in self.variants:
+            method = methods.get(v.method) or methods.setdefault(v.method, get_method(v.method)(tools))
+            results = method.decode(requests, v.settings, self.top_k)
             for item, result in zip(items, results, strict=True):
-                out["variant"].append(name)
+                out["variant"].append(v.name)
                 out["item"].append(item.to_json())
-                out["result"].append(json.dumps(result.as_dict(), ensure_ascii=False))
+                out["result"].append(json.dumps({"method": v.method, **result.as_dict()}, ensure_ascii=False))
         return out

@@ -10,25 +10,26 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from raypipe.eval.runner import MODES
-
 #: characters of an answer shown; untrained demo models can ramble for the whole length cap
 ANSWER_CHARS = 160
 
 
 def _cell(summary: dict[str, Any]) -> str:
     """`accuracy (retrieval frequency)`, plus the share of closed-set outputs that named no option
-    when there are any: an accuracy of 0 then means off-format answers, not wrong ones."""
-    cell = f"{100 * summary['accuracy']:.1f} ({100 * summary['retrieval_frequency']:.0f})"
+    when there are any: an accuracy of 0 then means off-format answers, not wrong ones. A set with
+    no judged item (creative instructions only) shows "-" for accuracy."""
+    accuracy = "-" if summary.get("accuracy") is None else f"{100 * summary['accuracy']:.1f}"
+    cell = f"{accuracy} ({100 * summary['retrieval_frequency']:.0f})"
     if summary.get("no_option"):
         cell += f" [{100 * summary['no_option']:.0f}% no option]"
     return cell
 
 
 def accuracy_table(metrics: dict[str, Any]) -> Table:
-    """Rows: eval sets and all sets pooled; columns: accuracy (retrieval frequency) per mode."""
-    modes = [m for m in MODES if m in metrics["overall"]]
-    table = Table(title="Self-RAG eval: accuracy % (retrieval frequency %) [closed-set outputs naming no option]")
+    """Rows: eval sets and all sets pooled; columns: accuracy (retrieval frequency) per headline variant
+    (Self-RAG's retrieval modes, other methods by name)."""
+    modes = list(metrics["accuracy"])
+    table = Table(title="Eval: accuracy % (retrieval frequency %) [closed-set outputs naming no option]")
     table.add_column("eval set")
     for mode in modes:
         table.add_column(mode, justify="right")
@@ -62,7 +63,7 @@ def print_report(out_dir: str | Path, variant: str = "adaptive", n: int = 3, con
     for row in sample_answers(out_dir, variant, n):
         answer = row["option"] if row["task"] != "qa" and row["option"] else row["text"][:ANSWER_CHARS]
         cites = ", ".join(f"{c['title']} ({c['passage_id']})" for c in row["citations"]) or "-"
-        mark = "[green]✓[/green]" if row["correct"] else "[red]✗[/red]"
-        question = row["instruction"] if row["task"] == "qa" else row["input"]
-        answers.add_row(question, f"{mark} {answer}", ", ".join(row["golds"]), cites)
+        mark = {True: "[green]✓[/green]", False: "[red]✗[/red]", None: "·"}[row["correct"]]
+        question = row["input"] if row["task"] in ("fact", "mc") else " ".join((row["instruction"], row["input"])).strip()
+        answers.add_row(question, f"{mark} {answer}", ", ".join(row["golds"]) or "(not judged)", cites)
     console.print(answers)

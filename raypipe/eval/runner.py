@@ -1,12 +1,14 @@
-"""`raypipe eval`: Self-RAG decoding as a Ray Data batch job over eval sets, then metrics and plots.
+"""`raypipe eval`: the evaluated methods (`eval.methods`, each with its sweeps) as a Ray Data batch
+job over eval sets, then metrics and plots.
 
 Outputs in `eval.out_dir`:
 - predictions/<variant>.jsonl: one row per eval question (item fields, decoded text, option,
   citations, per-segment reflection probabilities and scores, correctness); a `.meta.json` beside it
   holds the fingerprint of generator weights, decoding config, retriever config and eval files, so a
   rerun decodes only variants whose inputs changed;
-- metrics.json: `accuracy`, `exact_match` and `retrieval_frequency` keyed by mode (never, adaptive,
-  always; pooled over all sets), `per_set` and `overall` for every variant, the sweeps;
+- metrics.json: `accuracy`, `exact_match` and `retrieval_frequency` keyed by headline variant (Self-RAG's
+  never, adaptive, always; other methods by name; pooled over all sets), `per_set` and `overall` for
+  every variant, the sweeps;
 - threshold_sweep.png (paper Fig. 3c) and is_sup_weight_sweep.png (Fig. 3b);
 - rejects/<set>.rejects.jsonl for bad eval rows; `_SUCCESS` when complete.
 """
@@ -27,26 +29,28 @@ from raypipe.errors import DataError, ModelError
 from raypipe.eval.datasets import EvalItem, read_eval_sets
 from raypipe.eval.metrics import judge, summarize
 from raypipe.eval.plots import plot_threshold_sweep, plot_weight_sweep
-from raypipe.eval.predict import EvalPredictor, RetrieverFactory, Variant
+from raypipe.eval.predict import EvalPredictor, SearcherFactory
+from raypipe.methods import get_method
+from raypipe.methods.base import Variant
 from raypipe.runtime import ensure_ray
 
 logger = logging.getLogger(__name__)
 
-MODES = ("never", "adaptive", "always")
+#: sweeps whose variants are headline rows (metrics.json's top-level keys, the demo's table)
+HEADLINE_SWEEPS = ("mode", "method")
 THRESHOLD_PLOT = "threshold_sweep.png"
 WEIGHT_PLOT = "is_sup_weight_sweep.png"
 
 
 def eval_variants(cfg: RaypipeConfig) -> list[Variant]:
-    """The retrieval modes, then the threshold sweep, then the IsSup-weight sweep."""
-    base = cfg.decode
-    variants = [Variant(mode, "mode", mode, base.model_copy(update={"mode": mode})) for mode in cfg.eval.modes]
-    variants += [Variant(f"threshold_{t:g}", "threshold", t, base.model_copy(update={"mode": "adaptive", "threshold": t}))
-                 for t in cfg.eval.threshold_sweep]
-    variants += [Variant(f"w_is_sup_{w:g}", "is_sup_weight", w,
-                         base.model_copy(update={"mode": cfg.eval.weight_sweep_mode, "w_is_sup": w}))
-                 for w in cfg.eval.is_sup_weight_sweep]
-    return list({v.name: v for v in variants}.values())
+    """Each evaluated method's variants (its settings under its own sweeps), method by method."""
+    variants: dict[str, Variant] = {}
+    for name in cfg.eval.methods:
+        for v in get_method(name).variants(getattr(cfg.methods, name), getattr(cfg.eval.sweeps, name, None)):
+            if variants.get(v.name, v).method != v.method:
+                raise DataError(f"eval variant {v.name!r} is named by both {variants[v.name].method} and {v.method}")
+            variants[v.name] = v
+    return list(variants.values())
 
 
 def _stamp(path: Path) -> list[Any]:
@@ -59,8 +63,9 @@ def _fingerprint(cfg: RaypipeConfig, variant: Variant, injected_retriever: bool)
     weights = sorted([*generator.glob("*.safetensors"), *generator.glob("*.bin")])
     payload = {
         "generator": [_stamp(w) for w in weights] or str(generator.resolve()),
-        "decode": variant.decode.model_dump(mode="json"),
-        "retrieval": "injected" if injected_retriever else cfg.retrieval.model_dump(mode="json"),
+        "method": variant.method,
+        "settings": variant.settings.model_dump(mode="json"),
+        "retrieval": ("injected", cfg.retrieval.top_k) if injected_retriever else cfg.retrieval.model_dump(mode="json"),
         "sets": [_stamp(Path(p)) for p in cfg.eval.eval_sets],
         "limit": cfg.eval.limit,
     }
@@ -68,7 +73,7 @@ def _fingerprint(cfg: RaypipeConfig, variant: Variant, injected_retriever: bool)
 
 
 def _predict(cfg: RaypipeConfig, items: list[EvalItem], variants: list[Variant],
-             retriever_factory: RetrieverFactory | None) -> dict[str, list[tuple[EvalItem, dict[str, Any]]]]:
+             searcher_factory: SearcherFactory | None) -> dict[str, list[tuple[EvalItem, dict[str, Any]]]]:
     """Decode every item under every variant on an actor pool; results in input order per variant."""
     import ray
 
@@ -79,10 +84,11 @@ def _predict(cfg: RaypipeConfig, items: list[EvalItem], variants: list[Variant],
         EvalPredictor,
         fn_constructor_kwargs={
             "generator": cfg.eval.generator,
-            "decode": cfg.decode.model_dump(mode="json"),
-            "variants": [{"name": v.name, "decode": v.decode.model_dump(mode="json")} for v in variants],
-            "retrieval": cfg.retrieval.model_dump(mode="json"),
-            "retriever_factory": retriever_factory,
+            "engine": cfg.engine,
+            "retrieval": cfg.retrieval,
+            "variants": variants,
+            "searcher_factory": searcher_factory,
+            "crag": cfg.crag,
         },
         compute=ray.data.ActorPoolStrategy(size=cfg.eval.actors),
         batch_size=cfg.eval.batch_size,
@@ -126,10 +132,10 @@ def _sweep(per_set: dict[str, Any], variants: list[Variant], sweep: str, key: st
             for name, by_variant in per_set.items()}
 
 
-def run_eval(cfg: RaypipeConfig, retriever_factory: RetrieverFactory | None = None) -> dict[str, Any]:
-    """Evaluate `cfg.eval.generator` on `cfg.eval.eval_sets` under every mode and sweep variant.
+def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None) -> dict[str, Any]:
+    """Evaluate `cfg.eval.methods` with `cfg.eval.generator` on `cfg.eval.eval_sets`, every variant.
 
-    `retriever_factory` replaces the configured dense retriever (built from `cfg.retrieval` in each
+    `searcher_factory` replaces the configured dense retriever (built from `cfg.retrieval` in each
     actor); it is pickled to the actors, so it must be a picklable callable.
     """
     start = time.perf_counter()
@@ -142,7 +148,7 @@ def run_eval(cfg: RaypipeConfig, retriever_factory: RetrieverFactory | None = No
     (out / "_SUCCESS").unlink(missing_ok=True)
     predictions_dir = out / "predictions"
     variants = eval_variants(cfg)
-    prints = {v.name: _fingerprint(cfg, v, retriever_factory is not None) for v in variants}
+    prints = {v.name: _fingerprint(cfg, v, searcher_factory is not None) for v in variants}
 
     def finished(v: Variant) -> bool:
         meta = predictions_dir / f"{v.name}.meta.json"
@@ -152,7 +158,7 @@ def run_eval(cfg: RaypipeConfig, retriever_factory: RetrieverFactory | None = No
     if pending:
         logger.info("decoding %d items under %d variants (%d already done)", len(items), len(pending),
                     len(variants) - len(pending))
-        for name, rows in _predict(cfg, items, pending, retriever_factory).items():
+        for name, rows in _predict(cfg, items, pending, searcher_factory).items():
             write_jsonl((_prediction_row(item, result) for item, result in rows), predictions_dir / f"{name}.jsonl")
             meta = {"fingerprint": prints[name], "variant": name, "n": len(rows)}
             (predictions_dir / f"{name}.meta.json").write_text(json.dumps(meta, indent=2) + "\n")
@@ -160,14 +166,15 @@ def run_eval(cfg: RaypipeConfig, retriever_factory: RetrieverFactory | None = No
     sweeps = {"threshold": _sweep(per_set, variants, "threshold", "threshold"),
               "is_sup_weight": _sweep(per_set, variants, "is_sup_weight", "w_is_sup")}
     plots = {}
-    if cfg.eval.threshold_sweep:
+    if any(sweeps["threshold"].values()):
         plots["threshold"] = str(plot_threshold_sweep(sweeps["threshold"], out / THRESHOLD_PLOT))
-    if cfg.eval.is_sup_weight_sweep:
+    if any(sweeps["is_sup_weight"].values()):
         plots["is_sup_weight"] = str(plot_weight_sweep(sweeps["is_sup_weight"], out / WEIGHT_PLOT))
-    modes = [m for m in MODES if m in overall]
+    headline = [v.name for v in variants if v.sweep in HEADLINE_SWEEPS]
     metrics = {
         "generator": cfg.eval.generator,
-        **{key: {m: overall[m][key] for m in modes} for key in ("accuracy", "exact_match", "retrieval_frequency")},
+        "methods": cfg.eval.methods,
+        **{key: {h: overall[h][key] for h in headline} for key in ("accuracy", "exact_match", "retrieval_frequency")},
         "per_set": per_set,
         "overall": overall,
         "sweeps": sweeps,

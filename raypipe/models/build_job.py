@@ -1,4 +1,4 @@
-"""`raypipe models build`: the tiny base model every demo model starts from (DESIGN §4)."""
+"""`raypipe models build`: the tiny base model every demo model starts from (ARCHITECTURE.md §4)."""
 
 from __future__ import annotations
 

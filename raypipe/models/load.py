@@ -14,7 +14,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from raypipe.errors import ModelError
 from raypipe.models.device import pick_device, pick_dtype
-from raypipe.models.tokenizer import add_missing_special_tokens
+from raypipe.models.embeddings import resize_with_piece_means
+from raypipe.models.tokenizer import add_reflection_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -28,14 +29,27 @@ def _model_folder(path: str | Path) -> Path:
     return folder
 
 
-def _load_tokenizer(folder: Path) -> tuple[PreTrainedTokenizerBase, int]:
+#: files any one of which makes a folder's tokenizer loadable by AutoTokenizer
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
+
+
+def check_tokenizer_files(folder: Path) -> None:
+    """ModelError naming the folder when it has no tokenizer file at all: a model folder copied
+    without its tokenizer would otherwise fail deep inside transformers with a message about the hub."""
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise ModelError(f"{folder}: no tokenizer in the model folder (none of {', '.join(TOKENIZER_FILES)}); "
+                         "copy the tokenizer files next to config.json")
+
+
+def _load_tokenizer(folder: Path) -> tuple[PreTrainedTokenizerBase, dict[str, list[int]]]:
+    check_tokenizer_files(folder)
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
     except (OSError, ValueError) as exc:
         raise ModelError(f"{folder}: cannot load the tokenizer: {exc}") from exc
-    added = add_missing_special_tokens(tokenizer)
+    added = add_reflection_tokens(tokenizer)
     if added:
-        logger.warning("%s: added %d reflection tokens missing from its tokenizer", folder, added)
+        logger.warning("%s: added %d reflection tokens missing from its tokenizer", folder, len(added))
     return tokenizer, added
 
 
@@ -49,10 +63,10 @@ def load_model(
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """A causal LM and its tokenizer from a local folder, in eval mode.
 
-    Reflection tokens the tokenizer lacks are added and the embeddings grown to match (new rows start
-    at the mean of the old ones, transformers' default), which is how a base checkpoint becomes a
-    Self-RAG generator or critic before fine-tuning (paper §3.2). Device and dtype default to the best
-    the machine offers (`pick_device`, `pick_dtype`).
+    Reflection tokens the tokenizer lacks are added and the embeddings grown to match (each new row
+    starts at the mean of the rows of its text's pieces: `embeddings.resize_with_piece_means`), which
+    is how a base checkpoint becomes a Self-RAG generator or critic before fine-tuning (paper §3.2).
+    Device and dtype default to the best the machine offers (`pick_device`, `pick_dtype`).
     """
     folder = _model_folder(path)
     tokenizer, added = _load_tokenizer(folder)
@@ -63,10 +77,9 @@ def load_model(
     except (OSError, ValueError) as exc:
         raise ModelError(f"{folder}: cannot load the model: {exc}") from exc
     rows = model.get_input_embeddings().num_embeddings
-    if len(tokenizer) > rows:
-        model.resize_token_embeddings(len(tokenizer))
+    if resize_with_piece_means(model, tokenizer, added):
         logger.warning("%s: resized embeddings from %d to %d rows for %d added tokens",
-                       folder, rows, len(tokenizer), added)
+                       folder, rows, len(tokenizer), len(added))
     for config in (model.config, model.generation_config):
         if config.pad_token_id is None:
             config.pad_token_id = tokenizer.pad_token_id

@@ -1,6 +1,6 @@
 """The tiny Llama-architecture base model the demo trains its critic and generator from.
 
-No weights can be downloaded here, so the project builds its own base model (DESIGN §4): a byte-level
+No weights can be downloaded here, so the project builds its own base model (ARCHITECTURE.md §4): a byte-level
 BPE tokenizer trained on the world's texts, and a randomly initialised `LlamaForCausalLM` of a few
 million parameters, saved as an ordinary HF folder that `load_model` treats like any real checkpoint.
 """

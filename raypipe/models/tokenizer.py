@@ -61,18 +61,15 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenize
     )
 
 
-def _is_single_id(tokenizer: PreTrainedTokenizerBase, token: str) -> bool:
-    return len(tokenizer.encode(token, add_special_tokens=False)) == 1
-
-
-def add_missing_special_tokens(tokenizer: PreTrainedTokenizerBase) -> int:
+def add_reflection_tokens(tokenizer: PreTrainedTokenizerBase) -> dict[str, list[int]]:
     """Make every reflection token one special id and make sure a pad token exists.
 
-    A base checkpoint (e.g. Llama-2-7B) has none of the reflection tokens; a Self-RAG checkpoint has
-    all of them. Returns how many tokens were added, so the caller can resize the embeddings.
+    A base checkpoint (e.g. Llama-2-7B, SmolLM2) has none of the reflection tokens; a Self-RAG
+    checkpoint has all of them. Returns each added token with the ids its text encoded to before (its
+    pieces), from which `embeddings.resize_with_piece_means` starts its embedding row.
     """
-    missing = [t for t in tokens.SPECIAL_TOKENS if not _is_single_id(tokenizer, t)]
-    before = len(tokenizer)
+    pieces = {t: tokenizer.encode(t, add_special_tokens=False) for t in tokens.SPECIAL_TOKENS}
+    missing = {t: ids for t, ids in pieces.items() if len(ids) != 1}
     if missing:
         tokenizer.add_special_tokens(
             {"extra_special_tokens": [_special(t) for t in missing]}, replace_extra_special_tokens=False
@@ -80,7 +77,12 @@ def add_missing_special_tokens(tokenizer: PreTrainedTokenizerBase) -> int:
     if tokenizer.pad_token is None:
         # Batched generation needs a pad id; eos is the usual choice for Llama-family checkpoints.
         tokenizer.pad_token = tokenizer.eos_token
-    return len(tokenizer) - before
+    return missing
+
+
+def add_missing_special_tokens(tokenizer: PreTrainedTokenizerBase) -> int:
+    """`add_reflection_tokens`, returning only how many tokens were added."""
+    return len(add_reflection_tokens(tokenizer))
 
 
 def reflection_token_ids(tokenizer: PreTrainedTokenizerBase) -> dict[str, int]:

@@ -1,24 +1,21 @@
-"""Dense retrieval: encoders, the Ray Data index build, batched faiss search, and search backends."""
+"""Dense retrieval: encoders, the Ray Data index build, batched faiss search, and search backends.
 
-from raypipe.retrieval.backends import (
-    HttpSearchBackend,
-    SearchBackend,
-    SearchBackendError,
-    build_search_backend,
-)
+`types` holds the vocabulary every other package uses (`Hit`, `Searcher`)."""
+
+from raypipe.retrieval.backends import HttpSearchBackend, SearchBackendError, build_search_backend
 from raypipe.retrieval.encoders import Encoder, HFEncoder, build_encoder
-from raypipe.retrieval.retriever import Hit, Retriever, load_retriever
-from raypipe.retrieval.stage import RetrievalStage
+from raypipe.retrieval.retriever import DenseRetriever, load_retriever
+from raypipe.retrieval.types import Hit, Passage, Searcher
 
 __all__ = [
+    "DenseRetriever",
     "Encoder",
     "HFEncoder",
     "Hit",
     "HttpSearchBackend",
-    "RetrievalStage",
-    "Retriever",
-    "SearchBackend",
+    "Passage",
     "SearchBackendError",
+    "Searcher",
     "build_encoder",
     "build_search_backend",
     "load_retriever",

@@ -1,6 +1,6 @@
 """CRAG's second search source (CRAG §4.4 uses web search when retrieval is judged incorrect).
 
-A `SearchBackend` is anything with `search(queries, k) -> list[list[Hit]]`: the `Retriever` over a
+Any `Searcher` (raypipe.retrieval.types) serves: the `DenseRetriever` over a
 separate local index (the synthetic world's "web" corpus) is one, and `HttpSearchBackend` calls a
 web-search API whose URL, parameters and response fields come from config. Web APIs rate-limit and
 stall, so every request has a timeout and is retried by the shared `raypipe.http_retry` policy.
@@ -13,24 +13,21 @@ import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import Any
 
 import httpx
 
 from raypipe.config import RetrievalConfig, SearchBackendConfig
 from raypipe.errors import ConfigError, DataError, RaypipeError
 from raypipe.http_retry import NoResponse, RetryPolicy
-from raypipe.retrieval.retriever import Hit, Retriever
+from raypipe.retrieval.retriever import DenseRetriever
+from raypipe.retrieval.types import Hit, Searcher
 
 logger = logging.getLogger(__name__)
 
 
 class SearchBackendError(RaypipeError):
     """A search API that refused the request or kept failing after every retry."""
-
-
-class SearchBackend(Protocol):
-    def search(self, queries: list[str], k: int) -> list[list[Hit]]: ...
 
 
 class HttpSearchBackend:
@@ -109,7 +106,7 @@ class HttpSearchBackend:
         return hits
 
 
-def build_search_backend(cfg: RetrievalConfig) -> SearchBackend:
+def build_search_backend(cfg: RetrievalConfig) -> Searcher:
     """The fallback source `cfg.fallback` names; a local one reuses the main encoder and search knobs."""
     fallback = cfg.fallback
     if fallback.kind == "http":
@@ -117,4 +114,4 @@ def build_search_backend(cfg: RetrievalConfig) -> SearchBackend:
     if not fallback.index_dir:
         raise ConfigError("retrieval.fallback.index_dir: required when retrieval.fallback.kind is 'local' "
                           "(build it with `raypipe index build --passages <web corpus> --out <dir>`)")
-    return Retriever.from_config(cfg.encoder, cfg.index, index_dir=fallback.index_dir)
+    return DenseRetriever.from_config(cfg.encoder, cfg.index, index_dir=fallback.index_dir)

@@ -190,7 +190,7 @@ def run_build_index(cfg: RaypipeConfig) -> dict[str, Any]:
     out_dir.mkdir(parents=True, exist_ok=True)
     files = list_data_files(index_cfg.passages)
     ensure_ray(cfg.ray)
-    embed_stats = embed_shards(files, out_dir, encoder_cfg, index_cfg)
+    embed_stats = embed_shards(files, out_dir, encoder_cfg, index_cfg, cfg.limits)
     start = time.perf_counter()
     built = assemble_index(out_dir, files, encoder_cfg.normalize, index_cfg)
     manifest, embedded = built.manifest, embed_stats["rows_embedded"]

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from raypipe.config import EncoderConfig, IndexConfig
+from raypipe.config import EncoderConfig, IndexConfig, LimitsConfig
 from raypipe.data.io import read_records, write_parquet
 from raypipe.data.schemas import PASSAGE_SCHEMA
 from raypipe.errors import DataError
@@ -88,7 +88,8 @@ def _first_rejected_id(rejects_path: str | None, reason: str) -> str | None:
 class ShardEmbedder:
     """Ray Data actor: holds the encoder; each call embeds whole input files into shards."""
 
-    def __init__(self, encoder_cfg: EncoderConfig, batch_size: int, threads: int, rejects_dir: str):
+    def __init__(self, encoder_cfg: EncoderConfig, batch_size: int, threads: int, rejects_dir: str,
+                 limits: LimitsConfig | None = None):
         import torch
 
         from raypipe.retrieval.encoders import build_encoder
@@ -97,6 +98,7 @@ class ShardEmbedder:
         self.encoder = build_encoder(encoder_cfg, batch_size=batch_size)
         self.include_title = encoder_cfg.include_title
         self.rejects_dir = rejects_dir
+        self.limits = limits
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[Any]]:
         results = [self.embed_file(Path(source), Path(target), json.loads(stamp))
@@ -109,7 +111,7 @@ class ShardEmbedder:
         raised by the driver, which also sees duplicates across files)."""
         from raypipe.retrieval.encoders import passage_texts
 
-        table, report = read_records(source, "passage", rejects_dir=self.rejects_dir)
+        table, report = read_records(source, "passage", rejects_dir=self.rejects_dir, limits=self.limits)
         result = {"source": str(source), "shard": target.name, "rows": table.num_rows, "seconds": 0.0,
                   "duplicate_id": ""}
         if report.rejects.get("duplicate_id"):
@@ -134,8 +136,9 @@ def _cluster_has_gpus() -> bool:
 
 
 def embed_shards(files: list[Path], out_dir: Path, encoder_cfg: EncoderConfig,
-                 index_cfg: IndexConfig) -> dict[str, Any]:
-    """Embed every input file whose shard is missing or stale; returns per-run stats.
+                 index_cfg: IndexConfig, limits: LimitsConfig | None = None) -> dict[str, Any]:
+    """Embed every input file whose shard is missing or stale; returns per-run stats. Rows over
+    `limits` (default: LimitsConfig's) are rejected like other bad rows.
 
     Raises DataError for a duplicate id inside a file (naming file and id). Ray must be initialized.
     """
@@ -158,7 +161,7 @@ def embed_shards(files: list[Path], out_dir: Path, encoder_cfg: EncoderConfig,
         ShardEmbedder,
         fn_constructor_kwargs={"encoder_cfg": encoder_cfg, "batch_size": index_cfg.embed_batch_size,
                                "threads": max(1, int(index_cfg.embed_actor_cpus)),
-                               "rejects_dir": str(out_dir / REJECTS_DIR)},
+                               "rejects_dir": str(out_dir / REJECTS_DIR), "limits": limits},
         batch_size=1, compute=ray.data.ActorPoolStrategy(size=actors),
         num_cpus=index_cfg.embed_actor_cpus, num_gpus=1 if _cluster_has_gpus() else 0,
     )

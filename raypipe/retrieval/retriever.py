@@ -1,6 +1,6 @@
 """Batched dense search over a built index directory: encode queries, search faiss, look up passages.
 
-One Retriever serves the augmentation pipeline (large batches), the decoding (a few queries per
+One DenseRetriever serves the augmentation pipeline (large batches), the decoding (a few queries per
 segment) and the Serve app (online), so it does no per-call setup: the index, the encoder and the
 memory-mapped passages are loaded once in the constructor.
 """
@@ -8,7 +8,6 @@ memory-mapped passages are loaded once in the constructor.
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,24 +18,12 @@ from raypipe.retrieval import index as faiss_index
 from raypipe.retrieval.encoders import Encoder, build_encoder
 from raypipe.retrieval.manifest import INDEX_FILE, PASSAGES_FILE, Manifest
 from raypipe.retrieval.store import PassageStore
+from raypipe.retrieval.types import Hit
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Hit:
-    """One retrieved passage; `score` is higher-is-better (inner product, or negated L2 distance)."""
-
-    id: str
-    title: str
-    text: str
-    score: float
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-class Retriever:
+class DenseRetriever:
     """Search one index directory with the encoder that built it (checked against the manifest)."""
 
     def __init__(self, index_dir: str | Path, encoder: Encoder, *, normalize: bool, metric: str = "ip",
@@ -56,7 +43,7 @@ class Retriever:
 
     @classmethod
     def from_config(cls, encoder_cfg: EncoderConfig, index_cfg: IndexConfig,
-                    index_dir: str | Path | None = None) -> Retriever:
+                    index_dir: str | Path | None = None) -> DenseRetriever:
         """The retriever of `index_cfg.out_dir` (or another built index dir, e.g. the web corpus)."""
         return cls(index_dir or index_cfg.out_dir, build_encoder(encoder_cfg),
                    normalize=encoder_cfg.normalize, metric=index_cfg.metric, nprobe=index_cfg.nprobe,
@@ -78,9 +65,9 @@ class Retriever:
                 for row_scores, row_found in zip(scores, found, strict=True)]
 
 
-def load_retriever(cfg: RetrievalConfig) -> Retriever:
-    """The retriever of the configured index (what pipeline stages and the Serve app call)."""
-    return Retriever.from_config(cfg.encoder, cfg.index)
+def load_retriever(cfg: RetrievalConfig) -> DenseRetriever:
+    """The dense retriever of the configured index, with the encoder that built it."""
+    return DenseRetriever.from_config(cfg.encoder, cfg.index)
 
 
 def run_search(cfg: RaypipeConfig, queries: list[str]) -> dict[str, Any]:

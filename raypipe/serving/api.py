@@ -1,6 +1,6 @@
 """The HTTP API as a FastAPI app over any decoding backend: routes, auth, error mapping, response shapes.
 
-Kept free of Ray: the Serve ingress hands `build_api` a backend that calls the TreeSearch deployment,
+Kept free of Ray: the Serve ingress hands `build_api` a backend that calls the Decoder deployment,
 and unit tests hand it an in-process one, so validation, auth and the OpenAI response shape are tested
 without a cluster.
 
@@ -13,17 +13,17 @@ message) next to FastAPI's usual `detail`.
 import logging
 import time
 import uuid
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Body, Depends, FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from raypipe.config import DecodeConfig, RaypipeConfig
+from raypipe.config import MethodSettings, RaypipeConfig
 from raypipe.errors import RaypipeError
-from raypipe.inference.selfrag import DecodeRequest
+from raypipe.methods.base import MethodRequest
 from raypipe.serving.auth import BearerAuth
 from raypipe.serving.schemas import check_defaults_within_limits, request_models
 
@@ -39,8 +39,8 @@ class DecodeTimeout(RaypipeError):
 
 
 class DecodeBackend(Protocol):
-    async def decode(self, request: DecodeRequest, cfg: DecodeConfig) -> dict[str, Any]:
-        """A `DecodeResult.as_dict()` plus `timings` (ms) and `usage` (prompt_tokens, completion_tokens)."""
+    async def decode(self, method: str, request: MethodRequest, settings: MethodSettings, top_k: int) -> dict[str, Any]:
+        """A `MethodResult.as_dict()` plus `timings` (ms) and `usage` (prompt_tokens, completion_tokens)."""
         ...
 
 
@@ -81,33 +81,35 @@ def _install_error_handlers(app: FastAPI, retry_after_s: int) -> None:
         return _error(504, str(exc), "timeout_error")
 
 
-def selfrag_extras(answer: dict[str, Any], total_ms: float) -> dict[str, Any]:
-    """What Self-RAG adds to a plain completion: citations, per-segment critiques (reflection-token
-    distributions and scores), retrieval count and timings."""
+def method_extras(method: str, answer: dict[str, Any], total_ms: float) -> dict[str, Any]:
+    """What a method adds to a plain completion: citations, retrieval count, the closed-set option,
+    the method's trace (Self-RAG: segments with their reflection-token distributions and scores) and
+    timings."""
     return {
+        "method": method,
         "citations": answer["citations"],
-        "critiques": answer["segments"],
         "retrieval_count": answer["n_retrievals"],
         "retrieved": answer["retrieved"],
-        "score": answer["score"],
-        "constraints_relaxed": answer["constraints_relaxed"],
-        "raw": answer["raw"],
+        "option": answer["option"],
+        "option_scores": answer["option_scores"],
+        "trace": answer["trace"],
         "timings": {**answer["timings"], "total_ms": round(total_ms, 2)},
     }
 
 
 def build_api(cfg: RaypipeConfig, backend: DecodeBackend, auth_digest: str | None) -> FastAPI:
-    """The FastAPI app of one server: `cfg.serve` limits and auth, `cfg.decode` defaults."""
-    check_defaults_within_limits(cfg.serve, cfg.decode)
-    models = request_models(cfg.serve)
-    model_name, base = cfg.serve.model_name, cfg.decode
-    app = FastAPI(title="raypipe Self-RAG", description="Self-RAG answers with citations and critiques")
+    """The FastAPI app of one server: `cfg.serve` limits, methods and auth, `cfg.methods` defaults."""
+    check_defaults_within_limits(cfg)
+    models = request_models(cfg)
+    model_name = cfg.serve.model_name
+    app = FastAPI(title="raypipe", description="Self-RAG (and peer methods) answers with citations and traces")
     _install_error_handlers(app, cfg.serve.retry_after_s)
     authorized = [Depends(BearerAuth(auth_digest))]
 
-    async def answer(request: DecodeRequest, decode: DecodeConfig) -> tuple[dict[str, Any], float]:
+    async def answer(method: str, request: MethodRequest, controls: Any) -> tuple[dict[str, Any], float]:
         start = time.perf_counter()
-        result = await backend.decode(request, decode)
+        settings = controls.settings(getattr(cfg.methods, method))
+        result = await backend.decode(method, request, settings, controls.top_k or cfg.retrieval.top_k)
         return result, (time.perf_counter() - start) * 1000
 
     @app.get("/healthz")
@@ -122,14 +124,14 @@ def build_api(cfg: RaypipeConfig, backend: DecodeBackend, auth_digest: str | Non
                                             "owned_by": "raypipe"}]}
 
     @app.post("/v1/generate", dependencies=authorized)
-    async def generate(body: models.generate) -> dict[str, Any]:
-        result, total_ms = await answer(body.decode_request(), body.decode_config(base))
+    async def generate(body: Annotated[models.generate, Body()]) -> dict[str, Any]:
+        result, total_ms = await answer(body.method, body.method_request(), body)
         return {"id": f"gen-{uuid.uuid4().hex}", "model": model_name, "text": result["text"],
-                "usage": result["usage"], **selfrag_extras(result, total_ms)}
+                "usage": result["usage"], **method_extras(body.method, result, total_ms)}
 
     @app.post("/v1/chat/completions", dependencies=authorized)
     async def chat_completions(body: models.chat) -> dict[str, Any]:
-        result, total_ms = await answer(body.decode_request(), body.controls().decode_config(base))
+        result, total_ms = await answer(body.method, body.method_request(), body.controls())
         usage = result["usage"]
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
@@ -139,7 +141,8 @@ def build_api(cfg: RaypipeConfig, backend: DecodeBackend, auth_digest: str | Non
             "choices": [{"index": 0, "message": {"role": "assistant", "content": result["text"]},
                          "finish_reason": "stop", "logprobs": None}],
             "usage": {**usage, "total_tokens": usage["prompt_tokens"] + usage["completion_tokens"]},
-            "selfrag": selfrag_extras(result, total_ms),
+            # the method's extras under its own name, as its controls came in (`extra_body`)
+            body.method: method_extras(body.method, result, total_ms),
         }
 
     return app

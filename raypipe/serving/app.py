@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from raypipe.config import RaypipeConfig, ServeConfig, load_config
 from raypipe.errors import ConfigError
+from raypipe.methods import get_method
 from raypipe.runtime import ensure_ray
 from raypipe.serving.auth import digest_from_env
 from raypipe.serving.schemas import check_defaults_within_limits
@@ -71,31 +72,38 @@ def _cluster_has_gpus() -> bool:
 
 
 def build_app(cfg: RaypipeConfig) -> Application:
-    """The Serve application of `cfg`: Ingress -> TreeSearch -> Generator + Retriever."""
-    from raypipe.serving.deployments import Generator, Ingress, Retriever, TreeSearch
+    """The Serve application of `cfg`: Ingress -> Decoder -> Generator + Retrieval, each model
+    deployment bound only when a served method uses it."""
+    from raypipe.serving.deployments import Decoder, Generator, Ingress, Retrieval
 
-    check_defaults_within_limits(cfg.serve, cfg.decode)
+    check_defaults_within_limits(cfg)
     cfg = resolve_paths(cfg)
     s = cfg.serve
+    used = {tool for m in s.methods for tool in get_method(m).tools}
     generator_actor: dict[str, Any] = {"num_cpus": s.generator_cpus}
     if _cluster_has_gpus():
         generator_actor["num_gpus"] = s.generator_gpus
     batching = (s.torch_threads, s.max_batch_size, s.batch_wait_timeout_s)
-    # Generator/Retriever callers are TreeSearch threads, already bounded by TreeSearch's own limits:
+    # Generator/Retrieval callers are Decoder threads, already bounded by the Decoder's own limits:
     # their queues are unbounded and they admit a full batch per replica at least.
     shared = {"max_ongoing_requests": max(s.max_batch_size, s.max_ongoing_requests), "max_queued_requests": -1}
-    retriever = Retriever.options(num_replicas=s.retriever_replicas, ray_actor_options={"num_cpus": s.retriever_cpus},
-                                  **shared).bind(cfg.retrieval, *batching)
-    generator = Generator.options(num_replicas=s.generator_replicas, ray_actor_options=generator_actor,
-                                  **shared).bind(s.generator, cfg.decode, *batching)
-    tree_search = TreeSearch.options(
+    handles = {}
+    if "retriever" in used:
+        handles["retriever"] = Retrieval.options(
+            num_replicas=s.retrieval_replicas, ray_actor_options={"num_cpus": s.retrieval_cpus}, **shared,
+        ).bind(cfg.retrieval, *batching)
+    if "engine" in used:
+        handles["engine"] = Generator.options(
+            num_replicas=s.generator_replicas, ray_actor_options=generator_actor, **shared,
+        ).bind(s.generator, cfg.engine, *batching)
+    decoder = Decoder.options(
         autoscaling_config=autoscaling_config(s), max_ongoing_requests=s.max_ongoing_requests,
-        max_queued_requests=s.max_queued_requests, ray_actor_options={"num_cpus": s.tree_search_cpus},
-    ).bind(generator, retriever, s.generator, s.max_ongoing_requests, s.request_timeout_s)
+        max_queued_requests=s.max_queued_requests, ray_actor_options={"num_cpus": s.decoder_cpus},
+    ).bind(handles, s.generator, s.max_ongoing_requests, s.request_timeout_s)
     return Ingress.options(
         num_replicas=s.ingress_replicas, max_ongoing_requests=s.ingress_max_ongoing_requests,
         ray_actor_options={"num_cpus": s.ingress_cpus},
-    ).bind(tree_search, cfg, digest_from_env(s.auth_token_env))
+    ).bind(decoder, cfg, digest_from_env(s.auth_token_env))
 
 
 def app_from_config(args: dict[str, Any]) -> Application:

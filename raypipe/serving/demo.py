@@ -44,6 +44,7 @@ def run_serve_demo(cfg: RaypipeConfig) -> dict[str, Any]:
     from ray import serve
     from rich.console import Console
 
+    from raypipe.logs import reapply
     from raypipe.serving.app import start_app
 
     console = Console()
@@ -51,6 +52,7 @@ def run_serve_demo(cfg: RaypipeConfig) -> dict[str, Any]:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     questions = demo_questions(cfg)
     answers: list[dict[str, Any]] = []
+    reapply()  # importing Serve has just set its logger back to INFO
     url = start_app(cfg)
     try:
         with httpx.Client(base_url=url, headers=headers, timeout=cfg.serve.request_timeout_s) as client:

@@ -1,12 +1,14 @@
-"""The Ray Serve deployments: Retriever, Generator, TreeSearch and the HTTP ingress (DESIGN §1 [serve]).
+"""The Ray Serve deployments: Retrieval, Generator, Decoder and the HTTP ingress (ARCHITECTURE.md,
+"Serving").
 
-    HTTP -> Ingress (FastAPI) -> TreeSearch (autoscaled) -> Generator (engine, @serve.batch)
-                                                         -> Retriever (encoder + faiss, @serve.batch)
+    HTTP -> Ingress (FastAPI) -> Decoder (autoscaled) -> Generator (engine, @serve.batch)
+                                                      -> Retrieval (encoder + faiss, @serve.batch)
 
-TreeSearch holds no model: it runs Self-RAG's segment beam search (paper §3.3) and sends every engine
-and retrieval call to the shared Generator and Retriever, whose `@serve.batch` handlers merge the calls
-of concurrent requests into one engine call (grouped by compatible settings, see batching.py). On GPU
-the same batch is one call to vLLM, which schedules it with its own continuous batching.
+The Decoder holds no model: it looks up the request's method (raypipe.methods) and runs it over
+proxies of the shared Generator and Retrieval deployments, whose `@serve.batch` handlers merge the
+calls of concurrent requests into one engine call (grouped by compatible settings, see batching.py).
+On GPU the same batch is one call to vLLM, which schedules it with its own continuous batching.
+Only the deployments the served methods use are bound (`Method.tools`).
 
 Model-holding replicas run their model calls in one worker thread with torch limited to
 `serve.torch_threads`, so N replicas on N cores do not fight over threads; the event loop stays free
@@ -28,17 +30,18 @@ from ray import serve
 from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
 from ray.serve.handle import DeploymentHandle
 
-from raypipe.config import DecodeConfig, RaypipeConfig, RetrievalConfig
+from raypipe.config import EngineConfig, MethodSettings, RaypipeConfig, RetrievalConfig
 from raypipe.inference.engines import make_engine
 from raypipe.inference.engines.base import Generation, GenerationParams
-from raypipe.inference.retriever import Passage, build_retriever
-from raypipe.inference.selfrag import DecodeRequest, DecodeResult, SelfRAGDecoder
+from raypipe.methods import get_method
+from raypipe.methods.base import MethodRequest, MethodResult, Tools
 from raypipe.models import load_tokenizer
 from raypipe.prompts import format_generator_prompt
+from raypipe.retrieval.retriever import load_retriever
+from raypipe.retrieval.types import Passage
 from raypipe.serving.api import DecodeTimeout, Overloaded, build_api
 from raypipe.serving.batching import run_grouped
-from raypipe.serving.remote import RemoteEngine, RemoteRetriever
-from raypipe.tokens import Group
+from raypipe.serving.remote import CallClock, RemoteEngine, RemoteSearcher
 
 logger = logging.getLogger(__name__)
 
@@ -73,12 +76,12 @@ class _BatchedModel:
 
 
 @serve.deployment
-class Retriever(_BatchedModel):
-    """The dense retriever (query encoder + faiss index) of `retrieval`, shared by all tree searches."""
+class Retrieval(_BatchedModel):
+    """The dense retriever (query encoder + faiss index) of `retrieval`, shared by all decoders."""
 
     def __init__(self, retrieval: RetrievalConfig, threads: int, max_batch_size: int, batch_wait_timeout_s: float):
         self._start(threads)
-        self.retriever = self.thread.submit(build_retriever, retrieval).result()
+        self.retriever = self.thread.submit(load_retriever, retrieval).result()
         _set_batching(self._search_batch, max_batch_size, batch_wait_timeout_s)
 
     async def search(self, queries: list[str], k: int) -> list[list[Passage]]:
@@ -91,74 +94,81 @@ class Retriever(_BatchedModel):
 
 @serve.deployment
 class Generator(_BatchedModel):
-    """A generation engine (HF on CPU, vLLM on GPU) on `model_path`, shared by all tree searches."""
+    """A generation engine (HF on CPU, vLLM on GPU) on `model_path`, shared by all decoders."""
 
-    def __init__(self, model_path: str, decode: DecodeConfig, threads: int, max_batch_size: int,
+    def __init__(self, model_path: str, engine: EngineConfig, threads: int, max_batch_size: int,
                  batch_wait_timeout_s: float):
         self._start(threads)
-        self.engine = self.thread.submit(make_engine, model_path, decode).result()
+        self.engine = self.thread.submit(make_engine, model_path, engine).result()
         for handler in (self._generate_batch, self._next_batch):
             _set_batching(handler, max_batch_size, batch_wait_timeout_s)
 
     async def generate(self, prompts: list[str], params: GenerationParams) -> list[Generation]:
         return await self._generate_batch((prompts, params))
 
-    async def next_group_probs(self, prompts: list[str], group: Group) -> list[dict[str, float]]:
-        return await self._next_batch((prompts, group))
+    async def next_token_probs(self, prompts: list[str], tokens: tuple[str, ...]) -> list[dict[str, float]]:
+        return await self._next_batch((prompts, tokens))
 
     @serve.batch
     async def _generate_batch(self, calls: list[tuple[list[str], GenerationParams]]) -> list[list[Generation]]:
         return await self._run(calls, self.engine.generate)
 
     @serve.batch
-    async def _next_batch(self, calls: list[tuple[list[str], Group]]) -> list[list[dict[str, float]]]:
-        return await self._run(calls, self.engine.next_group_probs)
+    async def _next_batch(self, calls: list[tuple[list[str], tuple[str, ...]]]) -> list[list[dict[str, float]]]:
+        return await self._run(calls, self.engine.next_token_probs)
 
 
 @serve.deployment
-class TreeSearch:
-    """Self-RAG decoding of one request at a time per worker thread (`concurrency` threads), over the
-    Generator and Retriever deployments. Autoscaled on its ongoing requests."""
+class Decoder:
+    """Runs one request at a time per worker thread (`concurrency` threads) with the method it names,
+    over proxies of the bound deployments (`handles`: tool name -> deployment). Autoscaled on its
+    ongoing requests."""
 
-    def __init__(self, generator: DeploymentHandle, retriever: DeploymentHandle, model_path: str,
-                 concurrency: int, call_timeout_s: float):
-        self.generator, self.retriever, self.call_timeout_s = generator, retriever, call_timeout_s
+    def __init__(self, handles: dict[str, DeploymentHandle], model_path: str, concurrency: int, call_timeout_s: float):
+        self.handles, self.call_timeout_s = handles, call_timeout_s
         self.tokenizer = load_tokenizer(model_path)
-        self.threads = ThreadPoolExecutor(concurrency, thread_name_prefix="tree-search")
+        self.threads = ThreadPoolExecutor(concurrency, thread_name_prefix="decoder")
 
-    async def decode(self, request: DecodeRequest, cfg: DecodeConfig) -> dict[str, Any]:
-        """`DecodeResult.as_dict()` plus `timings` (ms) and `usage` (token counts)."""
-        return await asyncio.get_running_loop().run_in_executor(self.threads, self._decode, request, cfg)
+    async def decode(self, method: str, request: MethodRequest, settings: MethodSettings, top_k: int) -> dict[str, Any]:
+        """`MethodResult.as_dict()` plus `timings` (ms) and `usage` (token counts)."""
+        return await asyncio.get_running_loop().run_in_executor(self.threads, self._decode, method, request,
+                                                                settings, top_k)
 
-    def _decode(self, request: DecodeRequest, cfg: DecodeConfig) -> dict[str, Any]:
-        engine = RemoteEngine(self.generator, self.tokenizer, self.call_timeout_s)
-        retriever = RemoteRetriever(self.retriever, self.call_timeout_s)
+    def _decode(self, method: str, request: MethodRequest, settings: MethodSettings, top_k: int) -> dict[str, Any]:
+        clocks = {name: CallClock(self.call_timeout_s) for name in self.handles}
+        tools = Tools(
+            engine=RemoteEngine(self.handles["engine"], self.tokenizer, clocks["engine"]) if "engine" in clocks else None,
+            retriever=RemoteSearcher(self.handles["retriever"], clocks["retriever"]) if "retriever" in clocks else None,
+        )
         start = time.perf_counter()
-        result = SelfRAGDecoder(engine, retriever, cfg).decode([request])[0]
-        timings = {"decode_ms": (time.perf_counter() - start) * 1000,
-                   "generation_ms": engine.clock.seconds * 1000, "generation_calls": engine.clock.calls,
-                   "retrieval_ms": retriever.clock.seconds * 1000, "retrieval_calls": retriever.clock.calls}
+        result = get_method(method)(tools).decode([request], settings, top_k)[0]
+        timings = {"decode_ms": (time.perf_counter() - start) * 1000}
+        for name, label in (("engine", "generation"), ("retriever", "retrieval")):
+            if name in clocks:
+                timings[f"{label}_ms"] = clocks[name].seconds * 1000
+                timings[f"{label}_calls"] = clocks[name].calls
         return {**result.as_dict(), "timings": {k: round(v, 2) for k, v in timings.items()},
                 "usage": self._usage(request, result)}
 
-    def _usage(self, request: DecodeRequest, result: DecodeResult) -> dict[str, int]:
-        """Prompt tokens, and the tokens the model wrote for the answer (retrieved passages excluded)."""
+    def _usage(self, request: MethodRequest, result: MethodResult) -> dict[str, int]:
+        """Prompt tokens, and the tokens the model wrote for the answer (retrieved passages excluded:
+        a Self-RAG trace lists what each segment wrote)."""
         prompt = format_generator_prompt(request.instruction, request.input)
-        written = [s.raw for s in result.segments]
-        count = self.tokenizer(written, add_special_tokens=False)["input_ids"] if written else []
+        written = [s["raw"] for s in result.trace.get("segments", [])] or [result.text]
+        count = self.tokenizer(written, add_special_tokens=False)["input_ids"]
         return {"prompt_tokens": len(self.tokenizer(prompt)["input_ids"]),
                 "completion_tokens": sum(len(ids) for ids in count)}
 
 
-class TreeSearchBackend:
-    """The ingress's view of TreeSearch: Serve's back-pressure becomes `Overloaded` (503) and a request
-    over its deadline `DecodeTimeout` (504), cancelled on the way out."""
+class DecoderBackend:
+    """The ingress's view of the Decoder: Serve's back-pressure becomes `Overloaded` (503) and a
+    request over its deadline `DecodeTimeout` (504), cancelled on the way out."""
 
-    def __init__(self, tree_search: DeploymentHandle, timeout_s: float):
-        self.tree_search, self.timeout_s = tree_search, timeout_s
+    def __init__(self, decoder: DeploymentHandle, timeout_s: float):
+        self.decoder, self.timeout_s = decoder, timeout_s
 
-    async def decode(self, request: DecodeRequest, cfg: DecodeConfig) -> dict[str, Any]:
-        response = self.tree_search.decode.remote(request, cfg)
+    async def decode(self, method: str, request: MethodRequest, settings: MethodSettings, top_k: int) -> dict[str, Any]:
+        response = self.decoder.decode.remote(method, request, settings, top_k)
         try:
             return await asyncio.wait_for(response, self.timeout_s)
         except (BackPressureError, DeploymentUnavailableError) as exc:
@@ -173,8 +183,8 @@ class TreeSearchBackend:
 class Ingress:
     """The HTTP API (api.py) of the app; the FastAPI app is built in the replica from `cfg`."""
 
-    def __init__(self, tree_search: DeploymentHandle, cfg: RaypipeConfig, auth_digest: str | None):
-        self.backend = TreeSearchBackend(tree_search, cfg.serve.request_timeout_s)
+    def __init__(self, decoder: DeploymentHandle, cfg: RaypipeConfig, auth_digest: str | None):
+        self.backend = DecoderBackend(decoder, cfg.serve.request_timeout_s)
         self.cfg, self.auth_digest = cfg, auth_digest
 
     def __serve_build_asgi_app__(self) -> FastAPI:

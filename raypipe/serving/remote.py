@@ -1,7 +1,7 @@
-"""The engine and retriever a TreeSearch replica decodes with: proxies of the Generator and Retriever
-deployments, so every tree search in the app shares one model and one index (and their batches).
+"""The engine and searcher a Decoder replica's methods run with: proxies of the Generator and Retrieval
+deployments, so every decode in the app shares one model and one index (and their batches).
 
-`SelfRAGDecoder` is synchronous, so these proxies block on `DeploymentResponse.result()`; TreeSearch runs
+Methods are synchronous, so these proxies block on `DeploymentResponse.result()`; the Decoder runs
 each decode in a worker thread, never on the replica's event loop. Each proxy is made per request and
 clocks the time spent waiting on its deployment, which becomes the response's timings.
 """
@@ -16,8 +16,7 @@ from typing import Any
 from transformers import PreTrainedTokenizerBase
 
 from raypipe.inference.engines.base import Engine, Generation, GenerationParams
-from raypipe.inference.retriever import Passage
-from raypipe.tokens import Group
+from raypipe.retrieval.types import Passage
 
 
 @dataclass
@@ -41,23 +40,21 @@ class RemoteEngine(Engine):
     """`Engine` calls forwarded to the Generator deployment; the tokenizer is local (the decoder only
     reads reflection-token ids from it)."""
 
-    def __init__(self, generator: Any, tokenizer: PreTrainedTokenizerBase, timeout_s: float):
-        self.generator, self.tokenizer = generator, tokenizer
-        self.clock = CallClock(timeout_s)
+    def __init__(self, generator: Any, tokenizer: PreTrainedTokenizerBase, clock: CallClock):
+        self.generator, self.tokenizer, self.clock = generator, tokenizer, clock
 
     def generate(self, prompts: list[str], params: GenerationParams) -> list[Generation]:
         return self.clock.call(self.generator.generate, prompts, params)
 
-    def next_group_probs(self, prompts: list[str], group: Group) -> list[dict[str, float]]:
-        return self.clock.call(self.generator.next_group_probs, prompts, group)
+    def next_token_probs(self, prompts: list[str], tokens: tuple[str, ...]) -> list[dict[str, float]]:
+        return self.clock.call(self.generator.next_token_probs, prompts, tokens)
 
 
-class RemoteRetriever:
-    """`Retriever.search` forwarded to the Retriever deployment."""
+class RemoteSearcher:
+    """`search` forwarded to a retrieval deployment."""
 
-    def __init__(self, retriever: Any, timeout_s: float):
-        self.retriever = retriever
-        self.clock = CallClock(timeout_s)
+    def __init__(self, retriever: Any, clock: CallClock):
+        self.retriever, self.clock = retriever, clock
 
     def search(self, queries: list[str], k: int) -> Sequence[Sequence[Passage]]:
         return self.clock.call(self.retriever.search, queries, k)

@@ -1,38 +1,65 @@
-"""Request models of the HTTP API, built with this server's limits, and their mapping onto decoding.
+"""Request models of the HTTP API, built with this server's limits and methods, and their mapping onto
+a method's settings.
 
-The limits (prompt length, K, beam width, depth, max tokens) come from `ServeConfig`, so the models are
-made per app by `request_models(cfg)`: FastAPI then answers an over-limit value with the same 422 as
-any other invalid field, naming the field, and the OpenAPI page shows the limits.
+A request names its `method` (one of `serve.methods`; `serve.default_method` when it names none) and
+carries that method's controls: per-request overrides of its `methods.<name>` settings, plus `top_k`
+(passages per search, default `retrieval.top_k`). The limits (prompt length, K, beam width, depth, max
+tokens) come from `ServeConfig`, so the models are made per app by `request_models(cfg)`: FastAPI
+then answers an unknown method or an over-limit value with the same 422 as any other invalid field,
+naming the field, and the OpenAPI page shows the limits.
 
-`POST /v1/generate` takes an instruction and optional input plus per-request decoding controls (Self-RAG
-§3.3: retrieval mode and threshold δ, K, beam width B, max depth T, the critique weights of Eq. 4,
-hard constraints, tokens per segment). `POST /v1/chat/completions` takes an OpenAI chat request; the same
-controls ride in its `selfrag` field (the openai client's `extra_body`).
+`POST /v1/generate` takes an instruction and optional input plus the controls, flat. `POST
+/v1/chat/completions` takes an OpenAI chat request; `method` and the controls ride in its extra fields
+(the openai client's `extra_body`): `{"method": "selfrag", "selfrag": {...controls}}`.
 """
 
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationInfo,
+    create_model,
+    field_validator,
+)
 from pydantic_core import PydanticCustomError
 
-from raypipe.config import DecodeConfig, ServeConfig
+from raypipe.config import MethodSettings, RaypipeConfig, RetrievalMode, ServeConfig, reflection_tokens_only
 from raypipe.errors import ConfigError
-from raypipe.inference.selfrag import DecodeRequest
-from raypipe.tokens import REFLECTION_TOKENS
+from raypipe.methods.base import MethodRequest
 
-Mode = Literal["adaptive", "always", "never"]
 V = TypeVar("V")
 
 
-class DecodeControls(BaseModel):
-    """Per-request overrides of the server's `decode` config; a field left out keeps the default."""
+class MethodControls(BaseModel):
+    """Per-request overrides of a method's settings; a field left out keeps the server's default.
+    `renames` maps an API field onto its settings field where the API keeps OpenAI's name."""
 
     model_config = ConfigDict(extra="forbid")
+    renames: ClassVar[dict[str, str]] = {}
 
-    mode: Mode | None = None
+    top_k: int | None = Field(None, ge=1, description="passages per search (K)")
+
+    def settings(self, base: MethodSettings) -> MethodSettings:
+        """`base` with this request's overrides: its own fields, not top_k (a retrieval setting) nor the
+        request's text and method when the controls ride in a /v1/generate body."""
+        update = self.model_dump(exclude_none=True, exclude={"top_k", "method", *GenerateRequest.model_fields})
+        update = {self.renames.get(k, k): v for k, v in update.items()}
+        return type(base).model_validate({**base.model_dump(), **update})
+
+
+class SelfRAGControls(MethodControls):
+    """Self-RAG §3.3: retrieval mode and threshold δ, beam width B, max depth T, the critique weights
+    of Eq. 4, hard constraints, tokens per segment."""
+
+    renames: ClassVar[dict[str, str]] = {"max_tokens": "max_new_tokens"}
+
+    mode: RetrievalMode | None = None
     threshold: float | None = Field(None, ge=0.0, le=1.0, description="δ of adaptive retrieval")
-    top_k: int | None = Field(None, ge=1, description="passages per retrieval (K)")
     beam_width: int | None = Field(None, ge=1, description="segment-level beam width (B)")
     max_depth: int | None = Field(None, ge=1, description="segments per answer at most (T)")
     w_is_rel: float | None = Field(None, allow_inf_nan=False)
@@ -44,26 +71,31 @@ class DecodeControls(BaseModel):
     @field_validator("forbid")
     @classmethod
     def _reflection_tokens_only(cls, value: list[str] | None) -> list[str] | None:
-        unknown = [t for t in value or [] if t not in REFLECTION_TOKENS]
-        if unknown:
-            raise PydanticCustomError("unknown_token", "{unknown} are not reflection tokens; allowed: {allowed}",
-                                      {"unknown": unknown, "allowed": ", ".join(REFLECTION_TOKENS)})
-        return value
-
-    def decode_config(self, base: DecodeConfig) -> DecodeConfig:
-        """`base` with this request's overrides (`max_tokens` is the segment cap, max_new_tokens)."""
-        update = self.model_dump(include=set(DecodeControls.model_fields), exclude_none=True)
-        if "max_tokens" in update:
-            update["max_new_tokens"] = update.pop("max_tokens")
-        return DecodeConfig.model_validate({**base.model_dump(), **update})
+        return value if value is None else reflection_tokens_only(value)
 
 
-class GenerateRequest(DecodeControls):
+class SelfReasoningControls(MethodControls):
+    """Self-Reasoning: the trajectory's token budget, what `text` holds (the short answer or the
+    analysis with citations), and Figure 3's robustness settings."""
+
+    renames: ClassVar[dict[str, str]] = {"max_tokens": "max_new_tokens"}
+
+    max_tokens: int | None = Field(None, ge=1, description="tokens of the whole trajectory at most")
+    text: Literal["answer", "analysis"] | None = None
+    doc_order: Literal["retrieved", "shuffled"] | None = None
+    noise_fraction: float | None = Field(None, ge=0.0, le=1.0)
+
+
+#: method name -> its controls model; every served method has one
+CONTROLS: dict[str, type[MethodControls]] = {"selfrag": SelfRAGControls, "self_reasoning": SelfReasoningControls}
+
+
+class GenerateRequest(BaseModel):
     instruction: str = Field(min_length=1)
     input: str = ""
 
-    def decode_request(self) -> DecodeRequest:
-        return DecodeRequest(instruction=self.instruction, input=self.input)
+    def method_request(self) -> MethodRequest:
+        return MethodRequest(instruction=self.instruction, input=self.input)
 
 
 class TextPart(BaseModel):
@@ -83,9 +115,10 @@ class ChatMessage(BaseModel):
 
 
 class ChatRequest(BaseModel):
-    """An OpenAI chat-completions request. Decoding is Self-RAG's deterministic segment beam search, so
-    sampling parameters (temperature, top_p, seed, ...) are accepted and have no effect; other unknown
-    OpenAI parameters are ignored as well, so every client version can talk to the server."""
+    """An OpenAI chat-completions request. Decoding is deterministic, so sampling parameters
+    (temperature, top_p, seed, ...) are accepted and have no effect; other unknown OpenAI parameters
+    are ignored as well, so every client version can talk to the server. `request_models` adds
+    `method` and one controls field per served method."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -95,7 +128,6 @@ class ChatRequest(BaseModel):
     max_completion_tokens: int | None = Field(None, ge=1, description="same as max_tokens")
     n: int = Field(1, ge=1, le=1, description="one answer per request")
     stream: bool = False
-    selfrag: DecodeControls = DecodeControls()
 
     @field_validator("messages")
     @classmethod
@@ -113,35 +145,42 @@ class ChatRequest(BaseModel):
             raise PydanticCustomError("stream_unsupported", "streaming is not supported; send stream=false")
         return value
 
-    def controls(self) -> DecodeControls:
-        """The Self-RAG controls, with the OpenAI token cap folded in (max_completion_tokens wins)."""
+    def controls(self) -> MethodControls:
+        """The named method's controls, with the OpenAI token cap folded in (max_completion_tokens
+        wins) where the method has a token cap."""
+        method = self.method  # added by request_models
+        controls = getattr(self, method)
         cap = self.max_completion_tokens or self.max_tokens
-        return self.selfrag.model_copy(update={"max_tokens": cap}) if cap else self.selfrag
+        return controls.model_copy(update={"max_tokens": cap}) if cap and "max_tokens" in type(controls).model_fields else controls
 
-    def decode_request(self) -> DecodeRequest:
+    def method_request(self) -> MethodRequest:
         """The last user message is the instruction; earlier turns (system prompt included) become the
-        Self-RAG prompt's input field as `role: text` lines, since the generator is single-turn."""
+        prompt's input field as `role: text` lines, since the generators are single-turn."""
         *history, last = self.messages
         context = "\n".join(f"{m.role}: {m.text}" for m in history)
-        return DecodeRequest(instruction=last.text, input=context)
+        return MethodRequest(instruction=last.text, input=context)
 
 
 @dataclass(frozen=True)
 class RequestModels:
-    generate: type[GenerateRequest]
+    #: the body of /v1/generate: one model per served method, chosen by `method`
+    generate: Any
     chat: type[ChatRequest]
 
+    def parse_generate(self, body: Any) -> BaseModel:
+        from pydantic import TypeAdapter
 
-#: request field -> the DecodeConfig field it overrides, for the fields a server caps
-_CAPPED = {"top_k": "top_k", "beam_width": "beam_width", "max_depth": "max_depth", "max_tokens": "max_new_tokens"}
+        return TypeAdapter(self.generate).validate_python(body)
+
+
+#: request field -> (the `serve` setting that caps it); the same cap applies in every method that has it
+_CAPS = {"top_k": "max_top_k", "beam_width": "max_beam_width", "max_depth": "max_depth_limit",
+         "max_tokens": "max_tokens_limit", "max_completion_tokens": "max_tokens_limit"}
 
 
 def request_limits(cfg: ServeConfig) -> dict[str, tuple[str, int]]:
     """Capped request field -> (the `serve` setting that caps it, its value)."""
-    return {"top_k": ("max_top_k", cfg.max_top_k), "beam_width": ("max_beam_width", cfg.max_beam_width),
-            "max_depth": ("max_depth_limit", cfg.max_depth_limit),
-            "max_tokens": ("max_tokens_limit", cfg.max_tokens_limit),
-            "max_completion_tokens": ("max_tokens_limit", cfg.max_tokens_limit)}
+    return {name: (setting, getattr(cfg, setting)) for name, setting in _CAPS.items()}
 
 
 def _within(limits: dict[str, tuple[str, int]], value: int | None, field: str) -> int | None:
@@ -159,17 +198,18 @@ def _prompt_fits(value: V, chars: int, limit: int, what: str) -> V:
     return value
 
 
-def request_models(cfg: ServeConfig) -> RequestModels:
-    """The request models of one server, with `cfg`'s limits built in."""
-    limits, prompt_limit = request_limits(cfg), cfg.max_prompt_chars
+def _limited_controls(controls: type[MethodControls], limits: dict[str, tuple[str, int]]) -> type[MethodControls]:
+    capped = [f for f in controls.model_fields if f in limits]
 
-    class LimitedControls(DecodeControls):
-        @field_validator(*_CAPPED)
-        @classmethod
-        def _capped(cls, value: int | None, info: ValidationInfo) -> int | None:
-            return _within(limits, value, info.field_name)
+    def check(cls: type, value: int | None, info: ValidationInfo) -> int | None:
+        return _within(limits, value, info.field_name)
 
-    class LimitedGenerateRequest(LimitedControls, GenerateRequest):
+    return create_model(f"Limited{controls.__name__}", __base__=controls,
+                        __validators__={"_capped": field_validator(*capped)(classmethod(check))})
+
+
+def _limited_generate(method: str, controls: type[MethodControls], prompt_limit: int) -> type[BaseModel]:
+    class LimitedGenerateRequest(controls, GenerateRequest):
         @field_validator("instruction")
         @classmethod
         def _instruction_fits(cls, value: str) -> str:
@@ -181,9 +221,29 @@ def request_models(cfg: ServeConfig) -> RequestModels:
             total = len(info.data.get("instruction", "")) + len(value)
             return _prompt_fits(value, total, prompt_limit, "instruction and input together")
 
-    class LimitedChatRequest(ChatRequest):
-        selfrag: LimitedControls = LimitedControls()
+    return create_model(f"{method.title()}GenerateRequest", __base__=LimitedGenerateRequest,
+                        method=(Literal[method], Field(method, description="the decoding method")))
 
+
+def _method_of(default: str) -> Any:
+    def pick(value: Any) -> str:
+        return (value.get("method", default) if isinstance(value, dict) else getattr(value, "method", default))
+    return pick
+
+
+def request_models(cfg: RaypipeConfig) -> RequestModels:
+    """The request models of one server, with `cfg.serve`'s limits and methods built in."""
+    s = cfg.serve
+    limits, methods = request_limits(s), list(dict.fromkeys(s.methods))
+    controls = {m: _limited_controls(CONTROLS[m], limits) for m in methods}
+    bodies = {m: _limited_generate(m, controls[m], s.max_prompt_chars) for m in methods}
+    if len(bodies) == 1:
+        generate: Any = bodies[methods[0]]
+    else:
+        generate = Annotated[Union[tuple(Annotated[b, Tag(m)] for m, b in bodies.items())],  # noqa: UP007
+                             Discriminator(_method_of(s.default_method))]
+
+    class LimitedChatRequest(ChatRequest):
         @field_validator("max_tokens", "max_completion_tokens")
         @classmethod
         def _capped(cls, value: int | None, info: ValidationInfo) -> int | None:
@@ -192,16 +252,28 @@ def request_models(cfg: ServeConfig) -> RequestModels:
         @field_validator("messages")
         @classmethod
         def _messages_fit(cls, value: list[ChatMessage]) -> list[ChatMessage]:
-            return _prompt_fits(value, sum(len(m.text) for m in value), prompt_limit, "the messages")
+            return _prompt_fits(value, sum(len(m.text) for m in value), s.max_prompt_chars, "the messages")
 
-    return RequestModels(generate=LimitedGenerateRequest, chat=LimitedChatRequest)
+    chat = create_model(
+        "ChatRequest", __base__=LimitedChatRequest,
+        method=(Literal[tuple(methods)], Field(s.default_method, description="the decoding method")),
+        **{m: (c, Field(default_factory=c, description=f"controls of the {m} method")) for m, c in controls.items()},
+    )
+    return RequestModels(generate=generate, chat=chat)
 
 
-def check_defaults_within_limits(serve: ServeConfig, decode: DecodeConfig) -> None:
-    """A request that sets nothing runs with `decode`'s values, so they must obey the server's limits;
-    a config where they do not is refused at startup rather than served."""
-    limits = request_limits(serve)
-    broken = [f"decode.{name}={getattr(decode, name)} > serve.{limits[field][0]}={limits[field][1]}"
-              for field, name in _CAPPED.items() if getattr(decode, name) > limits[field][1]]
+def check_defaults_within_limits(cfg: RaypipeConfig) -> None:
+    """A request that sets nothing runs with the configured defaults, so they must obey the server's
+    limits; a config where they do not is refused at startup rather than served."""
+    limits = request_limits(cfg.serve)
+    defaults = {"retrieval.top_k": ("top_k", cfg.retrieval.top_k)}
+    for m in cfg.serve.methods:
+        settings = getattr(cfg.methods, m)
+        for field in CONTROLS[m].model_fields:
+            name = CONTROLS[m].renames.get(field, field)
+            if field in limits and field != "top_k" and name in type(settings).model_fields:
+                defaults[f"methods.{m}.{name}"] = (field, getattr(settings, name))
+    broken = [f"{key}={value} > serve.{limits[field][0]}={limits[field][1]}"
+              for key, (field, value) in defaults.items() if value > limits[field][1]]
     if broken:
         raise ConfigError("the default decoding settings exceed the server's request limits: " + "; ".join(broken))

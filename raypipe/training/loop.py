@@ -33,9 +33,11 @@ class InjectedFailure(RuntimeError):
 
 
 def _param_groups(model: Any, weight_decay: float) -> list[dict[str, Any]]:
-    """Decay matrices only: biases and norm gains are not regularized (the usual LM fine-tuning rule)."""
-    decay = [p for p in model.parameters() if p.ndim >= 2]
-    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    """Decay matrices only: biases and norm gains are not regularized (the usual LM fine-tuning rule).
+    Frozen parameters (`trainable_layers`) are left out of the optimizer."""
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in trainable if p.ndim >= 2]
+    no_decay = [p for p in trainable if p.ndim < 2]
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
@@ -45,11 +47,14 @@ def _build_engine(config: dict[str, Any], tc: TrainConfig, stage: TrainStage) ->
     from transformers import get_linear_schedule_with_warmup
 
     from raypipe.models import load_model
+    from raypipe.training.freeze import freeze_lower_layers
 
     total, warmup = config["total_steps"], config["warmup_steps"]
     torch.manual_seed(tc.seed)
     model, tokenizer = load_model(config["base_model"], dtype=getattr(torch, config["dtype"]), device="cpu")
     model.config.use_cache = False
+    if tc.trainable_layers is not None:
+        freeze_lower_layers(model, tc.trainable_layers)
     model.train()
     optimizer = torch.optim.AdamW(_param_groups(model, tc.weight_decay), lr=stage.lr)
     engine, *_ = deepspeed.initialize(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from raypipe.methods.self_reasoning.format import PROCESS_START, process_span
 from raypipe.tokens import PARAGRAPH_CLOSE, PARAGRAPH_OPEN
 
 Span = tuple[int, int]
@@ -82,40 +83,17 @@ def paragraph_spans(prompt: str, target: str) -> list[Span]:
 
 
 # --- Self-Reasoning trajectories -----------------------------------------------------------------
-# The field labels of a self-reasoning trajectory as shown in the paper's Figure 7 (one field per line):
-# the relevance-aware process (RAP), the evidence-aware selective process (EAP, repeated per cited
-# snippet) and the trajectory analysis process (TAP, ending with the short answer).
-
-RELEVANT_FIELD = "Relevant:"
-CITE_FIELD = "Cite content:"
-ANALYSIS_FIELD = "Analysis:"
+# One span per process of a self-reasoning trajectory (RAP `relevance`, EAP `evidence`, TAP `analysis`);
+# the field labels and the process boundaries live in raypipe.methods.self_reasoning.format.
 
 
-def _line_start_find(text: str, label: str, start: int = 0) -> int:
-    """Offset of the first `label` at the start of a line at or after `start`, or -1."""
-    pos = start
-    while (hit := text.find(label, pos)) >= 0:
-        if hit == 0 or text[hit - 1] == "\n":
-            return hit
-        pos = hit + 1
-    return -1
-
-
-def _section(start_label: str, end_labels: tuple[str, ...]) -> SpanFinder:
-    """A finder for the target text from the line that starts with `start_label` up to the first line
-    that starts with one of `end_labels` (or the end of the target)."""
-
+def _process(process: str) -> SpanFinder:
     def finder(prompt: str, target: str) -> list[Span]:
-        start = _line_start_find(target, start_label)
-        if start < 0:
-            return []
-        ends = [e for label in end_labels if (e := _line_start_find(target, label, start + 1)) >= 0]
-        end = min(ends, default=len(target))
-        return [(len(prompt) + start, len(prompt) + end)]
+        span = process_span(process, target)
+        return [] if span is None else [(len(prompt) + span[0], len(prompt) + span[1])]
 
     return finder
 
 
-register_span_kind("relevance")(_section(RELEVANT_FIELD, (CITE_FIELD, ANALYSIS_FIELD)))
-register_span_kind("evidence")(_section(CITE_FIELD, (ANALYSIS_FIELD,)))
-register_span_kind("analysis")(_section(ANALYSIS_FIELD, ()))
+for _kind in PROCESS_START:
+    register_span_kind(_kind)(_process(_kind))

@@ -40,7 +40,7 @@ SUCCESS = "_SUCCESS"
 STATS_FILE = "train_stats.json"
 #: test hook: "step:rank" makes that rank raise right after that optimizer step (first attempt only)
 INJECT_FAILURE_ENV = "RAYPIPE_TRAIN_INJECT_FAILURE"
-WHICH = ("critic", "generator")
+WHICH = ("critic", "generator", "self_reasoning")
 
 
 def _validate(tc: TrainConfig, which: str) -> None:

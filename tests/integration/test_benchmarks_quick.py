@@ -25,6 +25,7 @@ REQUIRED = {
                    "replicas_over_time", "scaled_up", "scaled_down"],
     "augment": ["n_instances", "wall_s", "instances_per_s", "peak_rss_gib", "ratio_vs_sequential",
                 "ceiling_vs_sequential"],
+    "faults": ["faults", "failure_detection"],
 }
 
 pytestmark = pytest.mark.slow

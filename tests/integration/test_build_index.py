@@ -13,7 +13,7 @@ import pytest
 
 from raypipe.config import EncoderConfig, IndexConfig, RaypipeConfig, RetrievalConfig
 from raypipe.errors import DataError
-from raypipe.retrieval import RetrievalStage, Retriever
+from raypipe.retrieval import DenseRetriever
 from raypipe.retrieval import index as fi
 from raypipe.retrieval.build import add_in_parallel, run_build_index, sample_vectors
 from raypipe.retrieval.embed import read_vectors, shard_path
@@ -74,7 +74,7 @@ def test_actor_pool_embedding_equals_local_embedding(built, encoder):
 def test_world_passages_are_found(built):
     files, cfg, _ = built
     row = pq.read_table(files[-1]).slice(3, 1).to_pylist()[0]
-    retriever = Retriever.from_config(cfg.retrieval.encoder, cfg.retrieval.index)
+    retriever = DenseRetriever.from_config(cfg.retrieval.encoder, cfg.retrieval.index)
     [[top]] = retriever.search([f"{row['title']} {row['text']}"], 1)
     assert top.id == row["id"]
 
@@ -95,7 +95,7 @@ def test_rerun_skips_current_shards_and_resumes_after_a_duplicate_error(built):
     assert (fixed["shards_skipped"], fixed["shards_embedded"], fixed["index_skipped"]) == (len(files), 0, False)
     assert fixed["n_passages"] == first["n_passages"] + 2
     new = _rows(501, 1)[0]
-    [[top]] = Retriever.from_config(cfg.retrieval.encoder, cfg.retrieval.index).search(
+    [[top]] = DenseRetriever.from_config(cfg.retrieval.encoder, cfg.retrieval.index).search(
         [f"{new['title']} {new['text']}"], 1)
     assert top.id == new["id"]
 
@@ -116,20 +116,3 @@ def test_ivf_shards_added_in_parallel_equal_one_sequential_index(built):
     scores_b, positions_b = fi.search(merged, vectors[::7], 5, "ip")
     np.testing.assert_array_equal(positions_a, positions_b)
     np.testing.assert_array_equal(scores_a, scores_b)
-
-
-def test_retrieval_stage_in_ray_data(built):
-    import ray
-
-    _, cfg, _ = built
-    queries = ["an otter near the river", "ibex 17", "heron number 40"]
-    ds = ray.data.from_items([{"id": f"q{i}", "query": q} for i, q in enumerate(queries)])
-    out = ds.map_batches(RetrievalStage, fn_constructor_kwargs={"cfg": cfg.retrieval, "k": 3}, batch_size=2,
-                         compute=ray.data.ActorPoolStrategy(size=1)).take_all()
-    expected = Retriever.from_config(cfg.retrieval.encoder, cfg.retrieval.index).search(queries, 3)
-    by_id = {row["id"]: row for row in out}
-    for i, hits in enumerate(expected):
-        got = by_id[f"q{i}"]["passages"]
-        assert [p["id"] for p in got] == [h.id for h in hits]
-        assert got[0]["text"] == hits[0].text
-        assert got[0]["score"] == pytest.approx(hits[0].score, abs=1e-5)

@@ -1,4 +1,5 @@
-"""On a CUDA machine with vLLM: the vLLM critic gives the torch critic's exact group distributions."""
+"""On a CUDA machine with vLLM: the critic on the vLLM engine gives the HF engine's exact group
+distributions."""
 
 from __future__ import annotations
 
@@ -19,11 +20,11 @@ EXAMPLES = [
 def test_vllm_matches_torch_group_distributions(tiny_model_dir):
     pytest.importorskip("vllm")
     from raypipe.critic.predict import CriticPredictor, make_predictor
-    from raypipe.critic.vllm_predict import VLLMCriticPredictor
+    from raypipe.inference.engines.vllm import VLLMEngine
 
     gpu = make_predictor(tiny_model_dir)
-    assert isinstance(gpu, VLLMCriticPredictor)
-    torch_side = CriticPredictor(tiny_model_dir, device="cuda")
+    assert isinstance(gpu.engine, VLLMEngine)
+    torch_side = CriticPredictor.load(tiny_model_dir, device="cuda")
     for ex, got, want in zip(EXAMPLES, gpu.predict(EXAMPLES), torch_side.predict(EXAMPLES), strict=True):
         assert list(got) == list(ASPECT_LABELS[ex.aspect])
         assert sum(got.values()) == pytest.approx(1.0, abs=1e-9)

@@ -51,14 +51,16 @@ def eval_run(ray_cluster, world_dir, tiny_model_dir, tmp_path_factory):
     ]) + "\n")
     sets = [str(world_dir / "eval" / f"heldout_{s}.jsonl") for s in ("qa", "fact", "mc")] + [str(bad)]
     cfg = RaypipeConfig.model_validate({
-        "decode": {"top_k": 2, "max_new_tokens": 6, "max_depth": 2, "beam_width": 2, "engine": "hf"},
+        "retrieval": {"top_k": 2},
+        "engine": {"kind": "hf"},
+        "methods": {"selfrag": {"max_new_tokens": 6, "max_depth": 2, "beam_width": 2}},
         "eval": {"generator": str(tiny_model_dir), "eval_sets": sets, "out_dir": str(out / "run"),
-                 "limit": LIMIT, "threshold_sweep": [0.0, 0.5, 1.0], "is_sup_weight_sweep": [0.0, 2.0],
+                 "limit": LIMIT, "sweeps": {"selfrag": {"threshold": [0.0, 0.5, 1.0], "is_sup_weight": [0.0, 2.0]}},
                  "batch_size": 4},
     })
     factory = keyword_retriever_factory(world_dir)
-    first = run_eval(cfg, retriever_factory=factory)
-    second = run_eval(cfg, retriever_factory=factory)
+    first = run_eval(cfg, searcher_factory=factory)
+    second = run_eval(cfg, searcher_factory=factory)
     return out / "run", first, second
 
 
@@ -88,7 +90,8 @@ def test_predictions_carry_citations_and_reflections(eval_run):
     assert len(rows) == 3 * LIMIT + 1
     for row in rows:
         assert row["retrieved"] and row["n_retrievals"] >= 1
-        first = row["segments"][0]
+        assert row["method"] == "selfrag"
+        first = row["trace"]["segments"][0]
         assert first["citation"]["passage_id"].startswith("p")
         assert set(first["reflections"]["is_rel"]) == {"[Relevant]", "[Irrelevant]"}
         assert sum(first["reflections"]["is_rel"].values()) == pytest.approx(1.0)

@@ -1,5 +1,5 @@
 """The Serve app end to end over HTTP on 127.0.0.1: the tiny model as Generator, a real faiss index of
-world passages (MiniLM) as Retriever, TreeSearch autoscaled, bearer auth on.
+world passages (MiniLM) as Retrieval, the Decoder autoscaled, bearer auth on.
 
 One app serves the whole module (replica start-up is the slow part); the last test shuts it down and
 checks that no Serve actor is left. Auth off, and every validation rule, are covered without Ray in
@@ -18,11 +18,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from raypipe.config import (
-    DecodeConfig,
     EncoderConfig,
+    EngineConfig,
     IndexConfig,
+    MethodsConfig,
     RaypipeConfig,
     RetrievalConfig,
+    SelfRAGSettings,
     ServeConfig,
 )
 from raypipe.data.io import list_data_files
@@ -53,7 +55,7 @@ def index_cfg(tmp_path_factory, world_dir) -> RetrievalConfig:
     embedder.embed_file(source, shard_path(out, source), source_stamp(source, EncoderConfig()))
     index = IndexConfig(passages=str(source), out_dir=str(out), factory="Flat")
     assemble_index(out, [source], True, index)
-    return RetrievalConfig(index=index)
+    return RetrievalConfig(index=index, top_k=2)
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +70,9 @@ def app_cfg(tiny_model_dir, index_cfg) -> RaypipeConfig:
                         min_replicas=2, max_replicas=3, target_ongoing_requests=1.0, max_ongoing_requests=2,
                         max_queued_requests=8, max_top_k=3, max_beam_width=2, max_depth_limit=2,
                         max_tokens_limit=16, max_prompt_chars=300)
-    decode = DecodeConfig(engine="hf", top_k=2, beam_width=2, max_depth=2, max_new_tokens=8)
-    return RaypipeConfig(serve=serve, decode=decode, retrieval=index_cfg)
+    selfrag = SelfRAGSettings(beam_width=2, max_depth=2, max_new_tokens=8)
+    return RaypipeConfig(serve=serve, engine=EngineConfig(kind="hf"), methods=MethodsConfig(selfrag=selfrag),
+                         retrieval=index_cfg)
 
 
 @pytest.fixture(scope="module")
@@ -93,14 +96,16 @@ def client(url):
 
 
 def test_answer_cites_retrieved_passages_with_normalized_critiques(client, passage_ids):
-    r = client.post("/v1/generate", json={"instruction": "Where was the painter born?", "mode": "always"})
+    r = client.post("/v1/generate", json={"instruction": "Where was the painter born?", "method": "selfrag",
+                                          "mode": "always"})
     assert r.status_code == 200, r.text
     body = r.json()
     assert isinstance(body["text"], str)
     assert body["retrieval_count"] >= 1 and body["retrieved"]
     assert body["citations"], "mode=always must cite the passage each segment was written from"
     assert {c["passage_id"] for c in body["citations"]} <= passage_ids
-    first = body["critiques"][0]
+    assert body["method"] == "selfrag"
+    first = body["trace"]["segments"][0]
     assert first["citation"] == body["citations"][0]
     is_rel = first["reflections"][Group.IS_REL.value]
     assert set(is_rel) == set(GROUP_TOKENS[Group.IS_REL])
@@ -124,6 +129,7 @@ def test_never_mode_retrieves_nothing(client):
     ({"instruction": "q", "threshold": 1.5}, "threshold"),
     ({"instruction": "q", "forbid": ["[Maybe]"]}, "forbid"),
     ({"instruction": "q", "beam": 2}, "beam"),
+    ({"instruction": "q", "method": "crag-ish"}, "method"),
 ])
 def test_invalid_request_is_422_naming_the_field(client, payload, field):
     r = client.post("/v1/generate", json=payload)
@@ -149,7 +155,7 @@ def test_parameters_at_the_limits_are_served(client):
     r = client.post("/v1/generate", json={"instruction": "q", "top_k": 3, "beam_width": 2, "max_depth": 2,
                                           "max_tokens": 16, "mode": "always"})
     assert r.status_code == 200, r.text
-    assert all(len(s["raw"]) > 0 for s in r.json()["critiques"])
+    assert all(len(s["raw"]) > 0 for s in r.json()["trace"]["segments"])
 
 
 def test_auth_rejects_missing_and_wrong_tokens_but_not_healthz(url):
@@ -209,17 +215,17 @@ def test_autoscaling_bounds_are_applied(url, app_cfg):
     from ray.serve.context import _get_global_client
 
     app = serve.status().applications[APP]
-    tree_search = app.deployments["TreeSearch"]
-    assert tree_search.replica_states.get("RUNNING", 0) >= app_cfg.serve.min_replicas == 2
+    decoder = app.deployments["Decoder"]
+    assert decoder.replica_states.get("RUNNING", 0) >= app_cfg.serve.min_replicas == 2
     details = _get_global_client().get_serve_details()
-    autoscaling = details["applications"][APP]["deployments"]["TreeSearch"]["deployment_config"]["autoscaling_config"]
+    autoscaling = details["applications"][APP]["deployments"]["Decoder"]["deployment_config"]["autoscaling_config"]
     assert (autoscaling["min_replicas"], autoscaling["max_replicas"]) == (2, 3)
     assert autoscaling["target_ongoing_requests"] == 1.0
     assert app.deployments["Generator"].replica_states.get("RUNNING") == 1
 
 
 def test_over_capacity_answers_503_and_keeps_serving(client, url):
-    # capacity: 3 TreeSearch replicas at most x 2 ongoing + 8 queued = 14 requests; 40 arrive at once
+    # capacity: 3 Decoder replicas at most x 2 ongoing + 8 queued = 14 requests; 40 arrive at once
     async def flood() -> list[int]:
         async with httpx.AsyncClient(base_url=url, headers=AUTH, timeout=120) as c:
             replies = await asyncio.gather(*(c.post("/v1/generate", json={

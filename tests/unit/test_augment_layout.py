@@ -7,12 +7,12 @@ from raypipe.config import AugmentConfig
 
 
 def test_fused_layout_runs_every_step_in_one_actor():
-    steps = algorithm_steps(AugmentConfig())
+    steps = algorithm_steps(AugmentConfig(), top_k=3)
     assert step_groups(steps, "fused") == [steps]
 
 
 def test_staged_layout_gives_each_run_of_one_model_its_own_pool():
-    steps = algorithm_steps(AugmentConfig())
+    steps = algorithm_steps(AugmentConfig(), top_k=3)
     groups = step_groups(steps, "staged")
     assert [[kind for kind, _ in g] for g in groups] == [
         ["critic", "critic"], ["split_many"], ["retriever"], ["critic"], ["retriever"], ["critic"]]

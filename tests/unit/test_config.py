@@ -6,7 +6,18 @@ from pathlib import Path
 
 import pytest
 
-from raypipe.config import load_config, parse_override
+from raypipe.config import (
+    AugmentConfig,
+    EvalConfig,
+    LabelConfig,
+    RetrievalConfig,
+    ServeConfig,
+    TinyModelConfig,
+    TrainingConfig,
+    WorldConfig,
+    load_config,
+    parse_override,
+)
 from raypipe.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,14 +33,14 @@ def test_shipped_configs_validate():
     assert gen.stages[0].mask == ["prompt", "paragraph"]
     assert (gen.zero_stage, gen.precision, gen.max_length) == (3, "bf16", 2048)
     assert gen.micro_batch_size * gen.grad_accum * gen.num_workers == 128
-    assert paper.decode.threshold == 0.2 and paper.retrieval.top_k == 5
+    assert paper.methods.selfrag.threshold == 0.2 and paper.retrieval.top_k == 5
 
 
 def test_overrides_are_typed_by_yaml_and_nested():
-    cfg = load_config(None, ["world.instances=42", "decode.forbid=['[No support / Contradictory]']",
+    cfg = load_config(None, ["world.instances=42", "methods.selfrag.forbid=['[No support / Contradictory]']",
                              "retrieval.index.factory=HNSW32", "eval.limit=null"])
     assert cfg.world.instances == 42
-    assert cfg.decode.forbid == ["[No support / Contradictory]"]
+    assert cfg.methods.selfrag.forbid == ["[No support / Contradictory]"]
     assert cfg.retrieval.index.factory == "HNSW32"
     assert cfg.eval.limit is None
 
@@ -58,8 +69,8 @@ def test_wrong_type_names_path_and_file(tmp_path):
 
 
 def test_out_of_range_value_from_override():
-    with pytest.raises(ConfigError, match=r"--set decode.threshold=1.5.*|decode\.threshold"):
-        load_config(None, ["decode.threshold=1.5"])
+    with pytest.raises(ConfigError, match=r"methods\.selfrag\.threshold"):
+        load_config(None, ["methods.selfrag.threshold=1.5"])
 
 
 @pytest.mark.parametrize("item", ["novalue", "=3"])
@@ -84,3 +95,48 @@ def test_missing_file_and_bad_yaml(tmp_path):
     bad.write_text("world: [\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(bad)
+
+
+def test_paths_derive_from_the_run_dir_unless_set():
+    cfg = load_config(None, ["run_dir=/tmp/run7", "training.generator.out_dir=/models/g"])
+    assert cfg.world.out_dir == "/tmp/run7/world"
+    assert cfg.retrieval.index.passages == "/tmp/run7/world/passages"
+    assert cfg.augment.critic == cfg.training.critic.out_dir == "/tmp/run7/models/critic"
+    assert cfg.training.generator.data == "/tmp/run7/gen_data/data"
+    # eval and serving follow the trained generator unless told otherwise
+    assert cfg.eval.generator == cfg.serve.generator == "/models/g"
+    assert cfg.eval.eval_sets[0] == "/tmp/run7/world/eval/heldout_qa.jsonl"
+    own = load_config(None, ["run_dir=/tmp/run7", "serve.generator=/models/other"])
+    assert own.serve.generator == "/models/other" and own.eval.generator == "/tmp/run7/models/generator"
+
+
+def test_default_run_dir_reproduces_every_section_default():
+    """The sections' own defaults (used when a section is built alone) equal the derivation rules."""
+    from raypipe.config import DERIVED_PATHS, RaypipeConfig, _get
+
+    derived = RaypipeConfig()
+    fresh = {"world": WorldConfig(), "tiny_model": TinyModelConfig(), "retrieval": RetrievalConfig(),
+             "label": LabelConfig(), "training": TrainingConfig(), "augment": AugmentConfig(),
+             "eval": EvalConfig(), "serve": ServeConfig()}
+    for key, _ in DERIVED_PATHS:
+        section, _, rest = key.partition(".")
+        standalone = fresh[section]
+        for part in rest.split("."):
+            standalone = getattr(standalone, part)
+        if standalone is not None:
+            assert _get(derived, key) == standalone, key
+    assert derived.eval.eval_sets == EvalConfig().eval_sets
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    ("decode.top_k=3", "retrieval.top_k"), ("augment.top_k=3", "retrieval.top_k"),
+    ("decode.mode=never", "methods.selfrag.mode"), ("decode.engine=hf", "engine.kind"),
+    ("eval.threshold_sweep=[0.5]", "eval.sweeps.selfrag.threshold"),
+])
+def test_a_moved_key_names_its_new_place(tmp_path, old, new):
+    key, value = old.split("=")
+    section, leaf = key.split(".")
+    path = tmp_path / "old.yaml"
+    path.write_text(f"{section}:\n  {leaf}: {value}\n")
+    with pytest.raises(ConfigError, match=rf"old\.yaml: {key}: this key moved to {new}"):
+        load_config(path)

@@ -1,16 +1,13 @@
-"""Critic prediction on the untrained tiny critic: exact group normalization, independent of batching
-and padding; the Ray Data stage class called directly (no Ray)."""
+"""Critic prediction on the untrained tiny critic through the HF engine: exact group normalization,
+independent of batching, padding and the shared prefix."""
 
 from __future__ import annotations
 
 import numpy as np
-import pyarrow as pa
 import pytest
 import torch
 
 from raypipe.critic.predict import CriticPredictor
-from raypipe.critic.stage import CriticStage
-from raypipe.errors import DataError
 from raypipe.prompts import ASPECT_LABELS, Aspect, CriticExample, critic_prompt
 
 PASSAGE = "Ada Harlow\nAda Harlow (born 1931) is a Dutch painter. She studied in Utrecht."
@@ -29,7 +26,7 @@ EXAMPLES = [
 
 @pytest.fixture(scope="module")
 def predictor(tiny_model_dir) -> CriticPredictor:
-    return CriticPredictor(tiny_model_dir, batch_size=64, device="cpu")
+    return CriticPredictor.load(tiny_model_dir, batch_size=64, device="cpu")
 
 
 def _group_ids(tokenizer, aspect: Aspect) -> list[int]:
@@ -39,9 +36,9 @@ def _group_ids(tokenizer, aspect: Aspect) -> list[int]:
 @torch.inference_mode()
 def _unpadded_reference(predictor: CriticPredictor, ex: CriticExample) -> np.ndarray:
     """One prompt alone, no padding: softmax of the last position's logits over the group's ids."""
-    ids = predictor.tokenizer(critic_prompt(ex), return_tensors="pt")["input_ids"]
-    logits = predictor.model(input_ids=ids).logits[0, -1].double()
-    return torch.softmax(logits[_group_ids(predictor.tokenizer, ex.aspect)], dim=0).numpy()
+    ids = predictor.engine.tokenizer(critic_prompt(ex), return_tensors="pt")["input_ids"]
+    logits = predictor.engine.model(input_ids=ids).logits[0, -1].double()
+    return torch.softmax(logits[_group_ids(predictor.engine.tokenizer, ex.aspect)], dim=0).numpy()
 
 
 def test_each_distribution_covers_exactly_its_group_and_sums_to_one(predictor):
@@ -58,18 +55,18 @@ def test_probabilities_equal_the_softmax_restricted_to_the_group_ids(predictor):
 
 def test_group_softmax_is_not_the_full_vocabulary_softmax(predictor):
     ex = EXAMPLES[2]
-    ids = predictor.tokenizer(critic_prompt(ex), return_tensors="pt")["input_ids"]
+    ids = predictor.engine.tokenizer(critic_prompt(ex), return_tensors="pt")["input_ids"]
     with torch.inference_mode():
-        full = torch.softmax(predictor.model(input_ids=ids).logits[0, -1].double(), dim=0)
-    mass = float(full[_group_ids(predictor.tokenizer, ex.aspect)].sum())
+        full = torch.softmax(predictor.engine.model(input_ids=ids).logits[0, -1].double(), dim=0)
+    mass = float(full[_group_ids(predictor.engine.tokenizer, ex.aspect)].sum())
     assert mass < 0.5  # an untrained model spreads mass over the vocabulary; the group is renormalized
     assert sum(predictor.predict([ex])[0].values()) == pytest.approx(1.0)
 
 
 def test_batched_equals_one_by_one_and_ignores_batch_composition(predictor, tiny_model_dir):
     batched = predictor.predict(EXAMPLES)
-    single = CriticPredictor(tiny_model_dir, batch_size=1, device="cpu").predict(EXAMPLES)
-    pairs = CriticPredictor(tiny_model_dir, batch_size=2, device="cpu").predict(EXAMPLES[::-1])[::-1]
+    single = CriticPredictor.load(tiny_model_dir, batch_size=1, device="cpu").predict(EXAMPLES)
+    pairs = CriticPredictor.load(tiny_model_dir, batch_size=2, device="cpu").predict(EXAMPLES[::-1])[::-1]
     for a, b, c in zip(batched, single, pairs, strict=True):
         np.testing.assert_allclose(list(a.values()), list(b.values()), atol=1e-5)
         np.testing.assert_allclose(list(a.values()), list(c.values()), atol=1e-5)
@@ -79,7 +76,7 @@ def test_rows_sharing_a_long_prefix_match_the_unpadded_reference(predictor, tiny
     """Same-aspect rows share their instruction; the batch runs it once and reuses its KV cache."""
     examples = [CriticExample(Aspect.IS_REL, "Tell me about Ada Harlow.", evidence=f"{PASSAGE} Fact {i}." * (1 + i % 3))
                 for i in range(9)]
-    batched = CriticPredictor(tiny_model_dir, batch_size=4, device="cpu").predict(examples)
+    batched = CriticPredictor.load(tiny_model_dir, batch_size=4, device="cpu").predict(examples)
     for ex, dist in zip(examples, batched, strict=True):
         np.testing.assert_allclose(list(dist.values()), _unpadded_reference(predictor, ex), atol=1e-5)
 
@@ -89,15 +86,15 @@ def test_a_prompt_that_is_a_prefix_of_another_keeps_its_answer_position(predicto
     prompts = ["### Instruction:\nJudge.", "### Instruction:\nJudge. More words here.", "### Instruction:\nJudge."]
     got = predictor.predict_prompts(prompts, [Aspect.IS_USE] * 3)
     for prompt, probs in zip(prompts, got, strict=True):
-        ids = predictor.tokenizer(prompt, return_tensors="pt")["input_ids"]
-        logits = predictor.model(input_ids=ids).logits[0, -1].double()
-        want = torch.softmax(logits[_group_ids(predictor.tokenizer, Aspect.IS_USE)], dim=0).numpy()
+        ids = predictor.engine.tokenizer(prompt, return_tensors="pt")["input_ids"]
+        logits = predictor.engine.model(input_ids=ids).logits[0, -1].double()
+        want = torch.softmax(logits[_group_ids(predictor.engine.tokenizer, Aspect.IS_USE)], dim=0).numpy()
         np.testing.assert_allclose(probs, want, atol=1e-5)
 
 
 @torch.inference_mode()
 def test_left_padding_matches_a_right_padded_batch(predictor):
-    tok, model = predictor.tokenizer, predictor.model
+    tok, model = predictor.engine.tokenizer, predictor.engine.model
     encoded = [tok(critic_prompt(ex))["input_ids"] for ex in EXAMPLES]
     width = max(map(len, encoded))
     ids = torch.full((len(encoded), width), tok.pad_token_id)
@@ -113,40 +110,8 @@ def test_left_padding_matches_a_right_padded_batch(predictor):
 
 
 def test_a_prompt_longer_than_the_model_is_cut_from_the_left(tiny_model_dir):
-    predictor = CriticPredictor(tiny_model_dir, device="cpu")
+    predictor = CriticPredictor.load(tiny_model_dir, device="cpu")
     long_example = CriticExample(Aspect.IS_USE, "Summarise.", output="A long story about rain. " * 400)
     (dist,) = predictor.predict([long_example])
-    assert predictor.truncated == 1
+    assert predictor.engine.truncated == 1
     assert sum(dist.values()) == pytest.approx(1.0)
-
-
-def test_stage_adds_probs_and_argmax_label_columns(predictor, tiny_model_dir):
-    batch = pa.table({"id": [f"r{i}" for i in range(len(EXAMPLES))],
-                      "prompt": [critic_prompt(ex) for ex in EXAMPLES],
-                      "aspect": [ex.aspect.value for ex in EXAMPLES]})
-    out = CriticStage(tiny_model_dir, batch_size=3, device="cpu")(batch)
-    assert out.column_names == ["id", "prompt", "aspect", "probs", "label"]
-    expected = predictor.predict(EXAMPLES)
-    for ex, probs, label, want in zip(EXAMPLES, out.column("probs").to_pylist(),
-                                      out.column("label").to_pylist(), expected, strict=True):
-        np.testing.assert_allclose(probs, list(want.values()), atol=1e-5)
-        assert label == max(want, key=want.get)
-        assert label in ASPECT_LABELS[ex.aspect]
-
-
-def test_stage_accepts_numpy_batches(tiny_model_dir):
-    batch = {"prompt": np.array([critic_prompt(EXAMPLES[0])], dtype=object), "aspect": np.array(["retrieve_input"])}
-    out = CriticStage(tiny_model_dir, device="cpu")(batch)
-    assert len(out.column("probs")[0].as_py()) == 2
-
-
-def test_stage_rejects_unknown_aspects_naming_the_row(tiny_model_dir):
-    batch = pa.table({"id": ["a", "b"], "prompt": ["x", "y"], "aspect": ["is_rel", "is_relevant"]})
-    with pytest.raises(DataError) as err:
-        CriticStage(tiny_model_dir, device="cpu")(batch)
-    assert err.value.row_id == "b" and err.value.field == "aspect"
-
-
-def test_stage_names_a_missing_column(tiny_model_dir):
-    with pytest.raises(DataError, match="'prompt'"):
-        CriticStage(tiny_model_dir, device="cpu")(pa.table({"aspect": ["is_rel"]}))

@@ -71,3 +71,31 @@ def test_missing_files_and_clashing_set_names_are_errors(tmp_path):
         (tmp_path / d / "qa.jsonl").write_text(json.dumps({"id": "1", "question": "q", "answers": ["x"]}) + "\n")
     with pytest.raises(DataError, match="two eval sets are named 'qa'"):
         read_eval_sets([str(tmp_path / "a" / "qa.jsonl"), str(tmp_path / "b" / "qa.jsonl")], tmp_path / "rejects")
+
+
+def test_instruction_rows_read_as_their_own_task(tmp_path):
+    arith = parse_item({"id": "a", "instruction": "Compute the following expression.", "input": "12 times 3",
+                        "answers": ["36"], "category": "arith"}, "noret")
+    assert (arith.task, arith.instruction, arith.input, arith.golds, arith.options()) == (
+        "instruction", "Compute the following expression.", "12 times 3", ("36",), ())
+    assert arith.request().query is None  # open-ended: the decoder retrieves with the prompt
+    creative = parse_item({"id": "c", "instruction": "Write a two-sentence story about a kite.", "answers": []}, "s")
+    assert (creative.task, creative.input, creative.golds) == ("instruction", "", ())
+    assert EvalItem.from_json(arith.to_json()) == arith
+    path = tmp_path / "noret.jsonl"
+    rows = [{"id": "1", "instruction": "Reverse kite.", "answers": ["etik"]},
+            {"id": "2", "instruction": "Write a poem."},  # missing_field: [] must be said, not implied
+            {"id": "3", "instruction": "Add.", "input": 5, "answers": ["5"]},  # wrong_type input
+            {"id": "4", "instruction": "Add.", "answers": [""]},  # wrong_type answers
+            {"id": "5", "instruction": "   ", "answers": []}]  # empty_field
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    items, report = read_eval_set(path, tmp_path / "rejects")
+    assert [i.id for i in items] == ["1"]
+    assert report.rejects == {"missing_field": 1, "wrong_type": 2, "empty_field": 1}
+
+
+def test_the_worlds_noret_split_reads_without_rejects(world_dir, tmp_path):
+    items, report = read_eval_set(world_dir / "eval" / "heldout_noret.jsonl", tmp_path)
+    assert report.n_rejected == 0 and len(items) == 40
+    assert {i.task for i in items} == {"instruction"}
+    assert any(i.golds for i in items) and any(not i.golds for i in items)

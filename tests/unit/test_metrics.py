@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from raypipe.eval.metrics import Scored, answer_match, exact_match, judge, normalize_answer, summarize
+from raypipe.eval.metrics import (
+    Scored,
+    answer_match,
+    exact_match,
+    instruction_match,
+    judge,
+    normalize_answer,
+    summarize,
+)
 
 
 def test_normalize_answer_drops_case_punctuation_articles_and_spaces():
@@ -32,7 +40,7 @@ def test_exact_match_needs_the_whole_output():
 def _result(text, option=None, retrieved=True, sups=()):
     segments = [{"citation": {"passage_id": f"p{i}", "title": "t"}, "scores": {"is_sup": s}} for i, s in enumerate(sups)]
     segments.append({"citation": None, "scores": {}})
-    return {"text": text, "option": option, "retrieved": retrieved, "segments": segments}
+    return {"text": text, "option": option, "retrieved": retrieved, "trace": {"segments": segments}}
 
 
 def test_judge_qa_fact_and_mc():
@@ -50,9 +58,38 @@ def test_judge_qa_fact_and_mc():
 def test_summarize_fractions():
     scored = [Scored(True, True, True, 1.0), Scored(True, False, False, None),
               Scored(False, False, True, 0.5), Scored(False, False, False, None)]
-    assert summarize(scored) == {"n": 4, "accuracy": 0.5, "exact_match": 0.25, "retrieval_frequency": 0.5,
+    assert summarize(scored) == {"n": 4, "judged": 4, "accuracy": 0.5, "exact_match": 0.25, "retrieval_frequency": 0.5,
                                  "is_sup": 0.75, "no_option": None}
     closed = [Scored(False, False, False, None, no_option=True), Scored(True, True, False, None, no_option=False),
               Scored(False, False, False, None, no_option=False), Scored(True, True, True, None)]
     assert summarize(closed)["no_option"] == pytest.approx(1 / 3)  # over the three closed-set items
     assert summarize([])["accuracy"] is None
+
+
+@pytest.mark.parametrize(("output", "gold", "expected"), [
+    ("12 times 3 is 36.", "36", True),
+    ("12 times 36 is 38.", "36", False),  # the answer is the last number, not any number
+    ("36 is 12 times 3.", "36", False),
+    ("It is 9,801.", "9801", True),
+    ("It is 36.5.", "36", False),
+    ("In capital letters it is KITE.", "KITE", True),
+    ("In capital letters it is kite.", "KITE", False),  # case is the task
+    ("Reversed, kite becomes etikk.", "etik", False),  # not inside a longer word
+    ("In alphabetical order the words are apple, kite and zebra.", "apple, kite and zebra", True),
+    ("In alphabetical order the words are kite, apple and zebra.", "apple, kite and zebra", False),
+])
+def test_instruction_match_is_the_exact_answer(output, gold, expected):
+    assert instruction_match(output, [gold]) is expected
+
+
+def test_judge_instruction_and_unjudged_creative():
+    right = judge("instruction", ("36",), {}, _result("12 times 3 is 36.", retrieved=False))
+    assert right == Scored(correct=True, exact=False, retrieved=False, is_sup=None)
+    assert judge("instruction", ("KITE",), {}, _result("KITE", retrieved=False)).exact is True
+    creative = judge("instruction", (), {}, _result("The kite flew.", retrieved=True))
+    assert (creative.correct, creative.exact, creative.retrieved) == (None, None, True)
+    # accuracy over the judged items only; retrieval frequency over all
+    summary = summarize([right, creative, Scored(False, False, True, None)])
+    assert (summary["n"], summary["judged"], summary["accuracy"], summary["retrieval_frequency"]) == (
+        3, 2, 0.5, pytest.approx(2 / 3))
+    assert summarize([creative])["accuracy"] is None

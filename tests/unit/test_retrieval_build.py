@@ -14,7 +14,7 @@ import pytest
 from raypipe.config import EncoderConfig, IndexConfig, RetrievalConfig, SearchBackendConfig
 from raypipe.errors import DataError, IndexMismatchError
 from raypipe.models import minilm_path
-from raypipe.retrieval import RetrievalStage, Retriever, build_search_backend
+from raypipe.retrieval import DenseRetriever, build_search_backend
 from raypipe.retrieval.build import assemble_index, check_corpus, sample_vectors
 from raypipe.retrieval.embed import ShardEmbedder, is_current, read_vectors, shard_path, source_stamp
 from raypipe.retrieval.encoders import HFEncoder, passage_texts
@@ -122,7 +122,7 @@ def test_training_sample_is_distinct_real_rows_and_seeded(corpus):
 
 def test_retriever_exact_search_equals_numpy_over_the_shards(corpus, built, embedder):
     files, out = corpus
-    retriever = Retriever.from_config(built.encoder, built.index)
+    retriever = DenseRetriever.from_config(built.encoder, built.index)
     vectors = np.concatenate([read_vectors(shard_path(out, f)) for f in files])
     ids = [r["id"] for j in range(3) for r in _rows(20 * j, 20)]
     queries = ["Who was the astronomer born in Lima?", "a poet from Oslo", "Person 33"]
@@ -135,7 +135,7 @@ def test_retriever_exact_search_equals_numpy_over_the_shards(corpus, built, embe
 
 
 def test_retriever_returns_the_passage_it_is_given(built):
-    retriever = Retriever.from_config(built.encoder, built.index)
+    retriever = DenseRetriever.from_config(built.encoder, built.index)
     target = _rows(47, 1)[0]
     [[top, *_]] = retriever.search([f"{target['title']} {target['text']}"], 3)
     assert top.as_dict() | {"score": 0} == {**target, "score": 0}
@@ -146,9 +146,9 @@ def test_retriever_with_another_encoder_is_refused(built):
     out = built.index.out_dir
     cls = HFEncoder(minilm_path(), name="all-MiniLM-L6-v2", pooling="cls", device="cpu")
     with pytest.raises(IndexMismatchError, match="encoder"):
-        Retriever(out, cls, normalize=True)
+        DenseRetriever(out, cls, normalize=True)
     with pytest.raises(IndexMismatchError, match="normalize"):
-        Retriever.from_config(EncoderConfig(normalize=False), built.index)
+        DenseRetriever.from_config(EncoderConfig(normalize=False), built.index)
 
 
 def _copy_shards(corpus, dest: Path) -> Path:
@@ -180,22 +180,12 @@ def test_ivf_index_with_all_lists_probed_is_exact(corpus, built, tmp_path):
     cfg = IndexConfig(out_dir=str(ivf_dir), factory="IVF4,Flat", nprobe=4)
     manifest = assemble_index(ivf_dir, files[:1], True, cfg).manifest  # one shard: no Ray tasks
     assert manifest.count == 20
-    exact = Retriever.from_config(built.encoder, built.index)
-    ivf = Retriever.from_config(built.encoder, cfg)
+    exact = DenseRetriever.from_config(built.encoder, built.index)
+    ivf = DenseRetriever.from_config(built.encoder, cfg)
     queries = ["a chemist from Nairobi", "sailor"]
     exact_ids = [[h.id for h in row if h.id < "p0020"][:3] for row in exact.search(queries, 60)]
     assert [[h.id for h in row] for row in ivf.search(queries, 3)] == exact_ids
 
-
-def test_stage_adds_passages_and_keeps_columns(built):
-    stage = RetrievalStage(built, k=2)
-    batch = {"id": np.array(["q1", "q2"], dtype=object),
-             "query": np.array(["poet born in Hanoi", "Person 5"], dtype=object)}
-    out = stage(batch)
-    assert list(out["id"]) == ["q1", "q2"]
-    expected = stage.retriever.search(["poet born in Hanoi", "Person 5"], 2)
-    assert out["passages"].shape == (2,)
-    assert [list(p) for p in out["passages"]] == [[h.as_dict() for h in row] for row in expected]
 
 
 def test_local_fallback_backend_searches_its_own_index(built):

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from raypipe.inference.scoring import (
+from raypipe.methods.selfrag.scoring import (
     is_rel_score,
     is_sup_score,
     is_use_score,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from raypipe.config import DecodeConfig
+from raypipe.config import EngineConfig, SelfRAGSettings
 from raypipe.tokens import RELEVANT, SPECIAL_TOKENS
 
 pytestmark = pytest.mark.gpu
@@ -47,11 +47,13 @@ def test_vocabulary_already_has_every_reflection_token(checkpoint):
 
 def test_answers_from_the_passage_and_judges_it_relevant(checkpoint):
     from raypipe.inference.engines import make_engine
-    from raypipe.inference.selfrag import DecodeRequest, SelfRAGDecoder
+    from raypipe.methods.base import MethodRequest, Tools
+    from raypipe.methods.selfrag.search import SelfRAG
 
-    cfg = DecodeConfig(mode="always", top_k=1, max_depth=1, max_new_tokens=50)
-    result = SelfRAGDecoder(make_engine(checkpoint, cfg), OnePassage(), cfg).decode([DecodeRequest("Who wrote Hamlet?")])[0]
+    settings = SelfRAGSettings(mode="always", max_depth=1, max_new_tokens=50)
+    method = SelfRAG(Tools(engine=make_engine(checkpoint, EngineConfig()), retriever=OnePassage()))
+    result = method.decode([MethodRequest("Who wrote Hamlet?")], settings, top_k=1)[0]
     assert "Shakespeare" in result.text
     assert result.citations[0].passage_id == "w1"
-    is_rel = result.segments[0].reflections["is_rel"]
+    is_rel = result.trace["segments"][0]["reflections"]["is_rel"]
     assert is_rel[RELEVANT] > 0.5 and sum(is_rel.values()) == pytest.approx(1.0)

@@ -13,14 +13,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
+from pydantic import ValidationError
 
-from raypipe.config import DecodeConfig
+from raypipe.config import SelfRAGSettings
 from raypipe.errors import ConfigError
-from raypipe.inference.closed_set import verdict_options
 from raypipe.inference.engines.base import Engine, Generation, GenerationParams, GroupProbs
-from raypipe.inference.selfrag import DecodeRequest, SelfRAGDecoder
+from raypipe.methods import get_method
+from raypipe.methods.base import MethodRequest, Tools
+from raypipe.methods.closed_set import verdict_options
+from raypipe.methods.selfrag.search import SelfRAG
 from raypipe.tokens import (
     FULLY_SUPPORTED,
+    GROUP_TOKENS,
     IRRELEVANT,
     NO_RETRIEVAL,
     NO_SUPPORT,
@@ -83,8 +87,8 @@ class FakeEngine(Engine):
         self.generate_calls.append(list(prompts))
         return [self.script(p) for p in prompts]
 
-    def next_group_probs(self, prompts: list[str], group: Group) -> list[dict[str, float]]:
-        assert group is Group.RETRIEVE
+    def next_token_probs(self, prompts: list[str], tokens: tuple[str, ...]) -> list[dict[str, float]]:
+        assert tokens == GROUP_TOKENS[Group.RETRIEVE]
         self.next_calls.append(list(prompts))
         return [self.first(p) for p in prompts]
 
@@ -141,40 +145,50 @@ THREE_WAY = {
 }
 
 
-QUESTION = DecodeRequest("Who wrote it?")
+QUESTION = MethodRequest("Who wrote it?")
+Settings = tuple[SelfRAGSettings, int]
 
 
-def decode_one(cfg: DecodeConfig, engine: FakeEngine, retriever: FakeRetriever | None,
-               request: DecodeRequest = QUESTION):
-    return SelfRAGDecoder(engine, retriever, cfg).decode([request])[0]
+def config(top_k: int = 5, **settings) -> Settings:
+    """Self-RAG settings and K (retrieval.top_k), as eval and serving pass them."""
+    return SelfRAGSettings(**settings), top_k
+
+
+def decode(cfg: Settings, engine: FakeEngine, retriever: FakeRetriever | None, requests: list[MethodRequest]):
+    return SelfRAG(Tools(engine=engine, retriever=retriever)).decode(requests, *cfg)
+
+
+def decode_one(cfg: Settings, engine: FakeEngine, retriever: FakeRetriever | None,
+               request: MethodRequest = QUESTION):
+    return decode(cfg, engine, retriever, [request])[0]
 
 
 def test_beam_search_picks_the_best_scoring_passage():
     engine = FakeEngine(lambda prompt: THREE_WAY[last_title(prompt)])
-    result = decode_one(DecodeConfig(mode="always", top_k=3, max_depth=1), engine, FakeRetriever(PASSAGES))
+    result = decode_one(config(mode="always", top_k=3, max_depth=1), engine, FakeRetriever(PASSAGES))
     assert result.text == "Answer two."
     assert [c.passage_id for c in result.citations] == ["p2"]
-    assert result.score == pytest.approx(2.5)
-    scores = result.segments[0].score.as_dict()
+    assert result.trace["score"] == pytest.approx(2.5)
+    scores = result.trace["segments"][0]["scores"]
     assert scores["segment_prob"] == pytest.approx(0.4)
     assert scores["is_rel"] == pytest.approx(0.6)
     assert scores["is_sup"] == pytest.approx(1.0)
     assert scores["is_use"] == pytest.approx(1.0)
-    assert result.segments[0].reflections["is_rel"] == rel(0.6)
+    assert result.trace["segments"][0]["reflections"]["is_rel"] == rel(0.6)
     assert result.n_retrievals == 1
 
 
 def test_critique_weights_change_the_choice():
     engine = FakeEngine(lambda prompt: THREE_WAY[last_title(prompt)])
-    result = decode_one(DecodeConfig(mode="always", top_k=3, max_depth=1, w_is_sup=0.0), engine,
+    result = decode_one(config(mode="always", top_k=3, max_depth=1, w_is_sup=0.0), engine,
                         FakeRetriever(PASSAGES))
     assert result.text == "Answer one."
-    assert result.score == pytest.approx(1.95)
+    assert result.trace["score"] == pytest.approx(1.95)
 
 
 def test_k_passages_are_expanded_in_one_engine_call():
     engine = FakeEngine(lambda prompt: THREE_WAY[last_title(prompt)])
-    decode_one(DecodeConfig(mode="always", top_k=3, max_depth=1), engine, FakeRetriever(PASSAGES))
+    decode_one(config(mode="always", top_k=3, max_depth=1), engine, FakeRetriever(PASSAGES))
     assert len(engine.generate_calls) == 1
     prompts = engine.generate_calls[0]
     assert len(prompts) == 3
@@ -188,22 +202,34 @@ def test_hard_constraint_drops_unsupported_continuations():
         "Two": gen((RELEVANT, rel(0.5)), "Claim B.", (FULLY_SUPPORTED, sup(0.6, 0.2, 0.2)), p=0.3, rel=rel(0.5),
                    eos=True),
     }
-    cfg = DecodeConfig(mode="always", top_k=2, max_depth=1, w_is_use=0.0)
+    cfg = config(mode="always", top_k=2, max_depth=1, w_is_use=0.0)
     free = decode_one(cfg, FakeEngine(lambda p: script[last_title(p)]), FakeRetriever(PASSAGES))
-    assert (free.text, free.score) == ("Claim A.", pytest.approx(2.3))
-    constrained = decode_one(cfg.model_copy(update={"forbid": [NO_SUPPORT]}),
+    assert (free.text, free.trace["score"]) == ("Claim A.", pytest.approx(2.3))
+    constrained = decode_one((cfg[0].model_copy(update={"forbid": [NO_SUPPORT]}), cfg[1]),
                              FakeEngine(lambda p: script[last_title(p)]), FakeRetriever(PASSAGES))
-    assert (constrained.text, constrained.score) == ("Claim B.", pytest.approx(1.5))
-    assert not constrained.constraints_relaxed
+    assert (constrained.text, constrained.trace["score"]) == ("Claim B.", pytest.approx(1.5))
+    assert not constrained.trace["constraints_relaxed"]
     # every continuation broken: they are kept (and flagged) rather than answering nothing
-    everything = decode_one(cfg.model_copy(update={"forbid": [NO_SUPPORT, FULLY_SUPPORTED]}),
+    everything = decode_one((cfg[0].model_copy(update={"forbid": [NO_SUPPORT, FULLY_SUPPORTED]}), cfg[1]),
                             FakeEngine(lambda p: script[last_title(p)]), FakeRetriever(PASSAGES))
-    assert everything.text == "Claim A." and everything.constraints_relaxed
+    assert everything.text == "Claim A." and everything.trace["constraints_relaxed"]
 
 
 def test_forbid_must_name_reflection_tokens():
-    with pytest.raises(ConfigError, match="decode.forbid"):
-        SelfRAGDecoder(FakeEngine(lambda p: gen("x")), None, DecodeConfig(mode="never", forbid=["[Nope]"]))
+    with pytest.raises(ValidationError, match=r"\['\[Nope\]'\] are not reflection tokens"):
+        SelfRAGSettings(mode="never", forbid=["[Nope]"])
+
+
+def test_retrieving_without_a_retriever_is_a_config_error():
+    with pytest.raises(ConfigError, match="method 'selfrag' needs a retriever"):
+        decode_one(config(mode="always"), FakeEngine(lambda p: gen("x")), None)
+    assert decode_one(config(mode="never"), FakeEngine(lambda p: gen("x")), None).text == "x"
+
+
+def test_the_registry_finds_selfrag_and_lists_the_known_methods():
+    assert get_method("selfrag") is SelfRAG
+    with pytest.raises(ConfigError, match="unknown method 'nope'; known methods: selfrag"):
+        get_method("nope")
 
 
 # --- retrieval modes ----------------------------------------------------------------------------
@@ -217,24 +243,24 @@ def plain_answer(prompt: str) -> Generation:
 
 def test_never_mode_does_not_retrieve():
     engine, retriever = FakeEngine(plain_answer), FakeRetriever(PASSAGES)
-    result = decode_one(DecodeConfig(mode="never"), engine, retriever)
+    result = decode_one(config(mode="never"), engine, retriever)
     assert result.text == "From memory." and result.n_retrievals == 0 and not result.retrieved
     assert retriever.queries == [] and engine.next_calls == []
     assert engine.generate_calls == [["### Instruction:\nWho wrote it?\n\n### Response:\n[No Retrieval]"]]
-    assert result.raw == "[No Retrieval]From memory.[Utility:3]"
+    assert result.trace["raw"] == "[No Retrieval]From memory.[Utility:3]"
 
 
 def test_always_mode_retrieves_without_asking_the_model():
     engine, retriever = FakeEngine(plain_answer), FakeRetriever(PASSAGES)
-    result = decode_one(DecodeConfig(mode="always", top_k=2), engine, retriever)
+    result = decode_one(config(mode="always", top_k=2), engine, retriever)
     assert result.text == "From the passage." and result.retrieved
     assert retriever.queries == ["Who wrote it?"] and engine.next_calls == []
 
 
 def test_a_request_query_replaces_instruction_and_input_as_x():
     retriever = FakeRetriever(PASSAGES)
-    decode_one(DecodeConfig(mode="always", top_k=2), FakeEngine(plain_answer), retriever,
-               DecodeRequest("Say true or false.", "Ada wrote it.", query="Ada wrote it."))
+    decode_one(config(mode="always", top_k=2), FakeEngine(plain_answer), retriever,
+               MethodRequest("Say true or false.", "Ada wrote it.", query="Ada wrote it."))
     assert retriever.queries == ["Ada wrote it."]
 
 
@@ -242,9 +268,20 @@ def test_a_request_query_replaces_instruction_and_input_as_x():
 def test_adaptive_mode_retrieves_above_the_threshold(threshold, retrieves):
     # p(Retrieval) / (p(Retrieval) + p(No Retrieval)) = 0.2 / 0.8 = 0.25
     engine = FakeEngine(plain_answer, first=lambda p: {RETRIEVAL: 0.2, NO_RETRIEVAL: 0.6, "[Continue to Use Evidence]": 0.2})
-    result = decode_one(DecodeConfig(mode="adaptive", threshold=threshold, top_k=2), engine, FakeRetriever(PASSAGES))
+    result = decode_one(config(mode="adaptive", threshold=threshold, top_k=2), engine, FakeRetriever(PASSAGES))
     assert result.retrieved is retrieves
-    assert result.segments[0].reflections["retrieve"][RETRIEVAL] == 0.2
+    assert result.trace["segments"][0]["reflections"]["retrieve"][RETRIEVAL] == 0.2
+
+
+def test_all_retrieve_mass_on_continue_means_no_retrieval_not_a_crash():
+    # p(Retrieval) + p(No Retrieval) underflows to 0: the ratio is undefined, and the model asked for
+    # no new passage, so the request goes on without retrieving (it used to fail the whole batch)
+    engine = FakeEngine(plain_answer, first=lambda p: {RETRIEVAL: 0.0, NO_RETRIEVAL: 0.0,
+                                                        "[Continue to Use Evidence]": 1.0})
+    retriever = FakeRetriever(PASSAGES)
+    result = decode_one(config(mode="adaptive", threshold=0.0, top_k=2), engine, retriever)
+    assert not result.retrieved and retriever.queries == []
+    assert result.text == "From memory."
 
 
 def test_a_retrieve_token_starts_the_next_segment_with_the_previous_segment_as_query():
@@ -256,14 +293,15 @@ def test_a_retrieve_token_starts_the_next_segment_with_the_previous_segment_as_q
     engine = FakeEngine(script, first=lambda p: {RETRIEVAL: 0.1, NO_RETRIEVAL: 0.9, "[Continue to Use Evidence]": 0.0})
     query = "Tell me about Ada.\nAda is a writer."
     retriever = FakeRetriever({query: [P("d1", "Doc", "Ada was born in Paris.")]})
-    result = decode_one(DecodeConfig(mode="adaptive", max_depth=3), engine, retriever,
-                        DecodeRequest("Tell me about Ada."))
+    result = decode_one(config(mode="adaptive", max_depth=3), engine, retriever,
+                        MethodRequest("Tell me about Ada."))
     assert retriever.queries == [query]
     assert result.text == "Ada is a writer. Born in Paris."
-    assert result.raw == ("[No Retrieval]Ada is a writer.[Retrieval]<paragraph>Doc\nAda was born in Paris."
+    assert result.trace["raw"] == ("[No Retrieval]Ada is a writer.[Retrieval]<paragraph>Doc\nAda was born in Paris."
                           "</paragraph>[Relevant] Born in Paris.[Fully supported][Utility:5]")
-    assert [s.citation.passage_id if s.citation else None for s in result.segments] == [None, "d1"]
-    assert result.segments[1].reflections["retrieve"][RETRIEVAL] == 0.9
+    segments = result.trace["segments"]
+    assert [s["citation"]["passage_id"] if s["citation"] else None for s in segments] == [None, "d1"]
+    assert segments[1]["reflections"]["retrieve"][RETRIEVAL] == 0.9
     assert len(engine.generate_calls) == 2  # one engine call per segment step
 
 
@@ -282,20 +320,20 @@ def test_beam_width_keeps_the_top_b_hypotheses_per_step():
                           [*reflections, boundary])
 
     engine = FakeEngine(script, first=lambda p: {RETRIEVAL: 1.0, NO_RETRIEVAL: 0.0})
-    result = decode_one(DecodeConfig(mode="adaptive", top_k=3, beam_width=2, max_depth=2), engine,
+    result = decode_one(config(mode="adaptive", top_k=3, beam_width=2, max_depth=2), engine,
                         FakeRetriever(PASSAGES))
     second = engine.generate_calls[1]
     assert [last_title(p) for p in second] == ["One", "Two"]  # best first, Three dropped
     assert all(p.endswith("[No Retrieval]") for p in second)
     assert result.text == "Answer one. Done."
-    assert result.score == pytest.approx(1.85)
+    assert result.trace["score"] == pytest.approx(1.85)
 
 
 def test_requests_share_engine_calls_and_match_one_by_one():
     engine = FakeEngine(lambda prompt: THREE_WAY[last_title(prompt)])
-    cfg = DecodeConfig(mode="always", top_k=3, max_depth=1)
-    requests = [DecodeRequest("First?"), DecodeRequest("Second?", input="context")]
-    together = SelfRAGDecoder(engine, FakeRetriever(PASSAGES), cfg).decode(requests)
+    cfg = config(mode="always", top_k=3, max_depth=1)
+    requests = [MethodRequest("First?"), MethodRequest("Second?", input="context")]
+    together = decode(cfg, engine, FakeRetriever(PASSAGES), requests)
     assert len(engine.generate_calls) == 1 and len(engine.generate_calls[0]) == 6
     alone = [decode_one(cfg, FakeEngine(lambda prompt: THREE_WAY[last_title(prompt)]), FakeRetriever(PASSAGES), r)
              for r in requests]
@@ -315,22 +353,22 @@ def test_closed_set_sums_scores_per_option():
         "Three": gen((RELEVANT, rel(0.6)), "True", (FULLY_SUPPORTED, sup(1, 0, 0)), p=0.4, rel=rel(0.6), eos=True),
     }
     engine = FakeEngine(lambda prompt: script[last_title(prompt)])
-    cfg = DecodeConfig(mode="always", top_k=3, max_depth=1, beam_width=1, w_is_use=0.0)
-    result = decode_one(cfg, engine, FakeRetriever(PASSAGES), DecodeRequest("Is it?", "claim", verdict_options()))
+    cfg = config(mode="always", top_k=3, max_depth=1, beam_width=1, w_is_use=0.0)
+    result = decode_one(cfg, engine, FakeRetriever(PASSAGES), MethodRequest("Is it?", "claim", verdict_options()))
     assert result.text == "false"
     assert result.option == "true"
     assert result.option_scores == {"false": pytest.approx(2.9), "true": pytest.approx(4.2)}
 
 
 def test_memo_engine_lets_variants_share_engine_calls():
-    from raypipe.inference.memo import MemoEngine, MemoRetriever
+    from raypipe.eval.memo import MemoEngine, MemoSearcher
 
     inner = FakeEngine(lambda prompt: THREE_WAY[last_title(prompt)],
                        first=lambda p: {RETRIEVAL: 0.5, NO_RETRIEVAL: 0.5})
-    engine, retriever = MemoEngine(inner), MemoRetriever(FakeRetriever(PASSAGES))
-    always = SelfRAGDecoder(engine, retriever, DecodeConfig(mode="always", top_k=3, max_depth=1)).decode([QUESTION])
-    adaptive = SelfRAGDecoder(engine, retriever, DecodeConfig(mode="adaptive", threshold=0.2, top_k=3, max_depth=1)
-                              ).decode([QUESTION, QUESTION])
+    engine, retriever = MemoEngine(inner), MemoSearcher(FakeRetriever(PASSAGES))
+    always = decode(config(mode="always", top_k=3, max_depth=1), engine, retriever, [QUESTION])
+    adaptive = decode(config(mode="adaptive", threshold=0.2, top_k=3, max_depth=1), engine, retriever,
+                      [QUESTION, QUESTION])
     assert len(inner.generate_calls) == 1  # the adaptive run retrieved the same passages: all cached
     assert len(inner.next_calls) == 1 and inner.next_calls[0] == [inner.generate_calls[0][0].split("[Retrieval]")[0]]
     assert adaptive[0].text == adaptive[1].text == always[0].text == "Answer two."

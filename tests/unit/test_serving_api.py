@@ -12,16 +12,17 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from raypipe.config import DecodeConfig, RaypipeConfig, ServeConfig
+from raypipe.config import MethodsConfig, RaypipeConfig, RetrievalConfig, SelfRAGSettings, ServeConfig
 from raypipe.errors import ConfigError
-from raypipe.inference.selfrag import DecodeRequest
+from raypipe.methods.base import MethodRequest
 from raypipe.serving.api import DecodeTimeout, Overloaded, build_api
 from raypipe.serving.auth import token_digest
 from raypipe.serving.schemas import check_defaults_within_limits, request_models
 
 LIMITS = ServeConfig(max_top_k=5, max_beam_width=3, max_depth_limit=4, max_tokens_limit=64, max_prompt_chars=100,
                      retry_after_s=7)
-CFG = RaypipeConfig(serve=LIMITS, decode=DecodeConfig(top_k=3, beam_width=2, max_depth=2, max_new_tokens=32))
+SELFRAG = SelfRAGSettings(beam_width=2, max_depth=2, max_new_tokens=32)
+CFG = RaypipeConfig(serve=LIMITS, retrieval=RetrievalConfig(top_k=3), methods=MethodsConfig(selfrag=SELFRAG))
 
 
 class EchoBackend:
@@ -30,16 +31,15 @@ class EchoBackend:
 
     def __init__(self, fail: Exception | None = None):
         self.fail = fail
-        self.seen: list[tuple[DecodeRequest, DecodeConfig]] = []
+        self.seen: list[tuple[str, MethodRequest, SelfRAGSettings, int]] = []
 
-    async def decode(self, request: DecodeRequest, cfg: DecodeConfig) -> dict[str, Any]:
-        self.seen.append((request, cfg))
+    async def decode(self, method: str, request: MethodRequest, settings: SelfRAGSettings, top_k: int) -> dict[str, Any]:
+        self.seen.append((method, request, settings, top_k))
         if self.fail:
             raise self.fail
-        citations = [{"passage_id": f"p{i}", "title": f"T{i}"} for i in range(cfg.top_k if cfg.mode == "always" else 0)]
-        return {"text": request.instruction[::-1], "raw": request.instruction[::-1], "score": 0.5,
-                "n_retrievals": len(citations) and 1, "retrieved": bool(citations), "citations": citations,
-                "segments": [], "option": None, "option_scores": {}, "constraints_relaxed": False,
+        citations = [{"passage_id": f"p{i}", "title": f"T{i}"} for i in range(top_k if settings.mode == "always" else 0)]
+        return {"text": request.instruction[::-1], "n_retrievals": len(citations) and 1, "retrieved": bool(citations),
+                "citations": citations, "option": None, "option_scores": {}, "trace": {"segments": []},
                 "timings": {"decode_ms": 2.0}, "usage": {"prompt_tokens": 11, "completion_tokens": 4}}
 
 
@@ -62,19 +62,32 @@ def test_generate_applies_per_request_controls_over_the_defaults(client, backend
                                           "threshold": 0.7, "beam_width": 3, "max_depth": 4, "w_is_sup": 2.5,
                                           "forbid": ["[No support / Contradictory]"], "max_tokens": 20})
     assert r.status_code == 200, r.text
-    request, cfg = backend.seen[-1]
-    assert request == DecodeRequest(instruction="abc", input="ctx")
-    assert (cfg.mode, cfg.top_k, cfg.threshold, cfg.beam_width, cfg.max_depth) == ("always", 4, 0.7, 3, 4)
+    method, request, cfg, top_k = backend.seen[-1]
+    assert method == "selfrag" and request == MethodRequest(instruction="abc", input="ctx")
+    assert (cfg.mode, top_k, cfg.threshold, cfg.beam_width, cfg.max_depth) == ("always", 4, 0.7, 3, 4)
     assert (cfg.w_is_sup, cfg.w_is_rel, cfg.max_new_tokens) == (2.5, 1.0, 20)
     assert cfg.forbid == ["[No support / Contradictory]"]
     body = r.json()
     assert body["text"] == "cba" and len(body["citations"]) == 4 and body["retrieval_count"] == 1
+    assert body["method"] == "selfrag" and body["trace"] == {"segments": []}
     assert body["timings"]["decode_ms"] == 2.0 and "total_ms" in body["timings"]
 
 
 def test_unset_controls_keep_the_server_defaults(client, backend):
     client.post("/v1/generate", json={"instruction": "q"})
-    assert backend.seen[-1][1] == CFG.decode
+    assert backend.seen[-1] == ("selfrag", MethodRequest("q"), SELFRAG, 3)
+    client.post("/v1/generate", json={"instruction": "q", "method": "selfrag"})
+    assert backend.seen[-1] == ("selfrag", MethodRequest("q"), SELFRAG, 3)
+
+
+@pytest.mark.parametrize("route", ["/v1/generate", "/v1/chat/completions"])
+def test_an_unknown_method_is_422_listing_the_known_ones(client, backend, route):
+    body = {"instruction": "q", "method": "nope"} if route == "/v1/generate" else _chat(method="nope")
+    r = client.post(route, json=body)
+    assert r.status_code == 422
+    error = r.json()["error"]
+    assert error["param"] == "method" and "'selfrag'" in error["message"]
+    assert backend.seen == []
 
 
 @pytest.mark.parametrize(("payload", "field"), [
@@ -134,9 +147,9 @@ def test_chat_completion_is_an_openai_chat_completion(client, backend):
     assert completion.choices[0].message.content == "?ti etorw ohW"
     assert completion.usage.total_tokens == 15
     assert len(completion.model_extra["selfrag"]["citations"]) == 2
-    request, cfg = backend.seen[-1]
-    assert request == DecodeRequest(instruction="Who wrote it?", input="system: Be brief.")
-    assert (cfg.mode, cfg.top_k, cfg.max_new_tokens) == ("always", 2, 12)
+    method, request, cfg, top_k = backend.seen[-1]
+    assert request == MethodRequest(instruction="Who wrote it?", input="system: Be brief.")
+    assert (method, cfg.mode, top_k, cfg.max_new_tokens) == ("selfrag", "always", 2, 12)
 
 
 def test_chat_text_parts_and_max_completion_tokens(client, backend):
@@ -144,7 +157,7 @@ def test_chat_text_parts_and_max_completion_tokens(client, backend):
     body["messages"] = [{"role": "user", "content": [{"type": "text", "text": "Part one, "},
                                                       {"type": "text", "text": "part two."}]}]
     assert client.post("/v1/chat/completions", json=body).status_code == 200
-    request, cfg = backend.seen[-1]
+    _, request, cfg, _ = backend.seen[-1]
     assert request.instruction == "Part one, part two." and request.input == ""
     assert cfg.max_new_tokens == 9
 
@@ -199,17 +212,23 @@ def test_timeout_is_504():
 
 
 def test_defaults_beyond_the_limits_are_refused_at_startup():
-    with pytest.raises(ConfigError, match=r"decode.top_k=9 > serve.max_top_k=5.*decode.max_new_tokens=100"):
-        check_defaults_within_limits(LIMITS, DecodeConfig(top_k=9, max_new_tokens=100))
+    over = RaypipeConfig(serve=LIMITS, retrieval=RetrievalConfig(top_k=9),
+                         methods=MethodsConfig(selfrag=SelfRAGSettings(max_new_tokens=100)))
+    with pytest.raises(ConfigError, match=r"retrieval.top_k=9 > serve.max_top_k=5.*"
+                                          r"methods.selfrag.max_new_tokens=100 > serve.max_tokens_limit=64"):
+        check_defaults_within_limits(over)
     with pytest.raises(ConfigError, match="max_top_k"):
-        build_api(RaypipeConfig(serve=LIMITS, decode=DecodeConfig(top_k=9)), EchoBackend(), None)
+        build_api(RaypipeConfig(serve=LIMITS, retrieval=RetrievalConfig(top_k=9)), EchoBackend(), None)
 
 
 def test_limits_differ_per_server():
-    tight, loose = request_models(ServeConfig(max_top_k=2)), request_models(ServeConfig(max_top_k=50))
-    assert loose.generate.model_validate({"instruction": "q", "top_k": 30}).top_k == 30
+    def models(**serve: Any):
+        return request_models(RaypipeConfig(serve=ServeConfig(**serve), retrieval=RetrievalConfig(top_k=1)))
+
+    tight, loose = models(max_top_k=2), models(max_top_k=50)
+    assert loose.parse_generate({"instruction": "q", "top_k": 30}).top_k == 30
     with pytest.raises(ValueError, match="max_top_k"):
-        tight.generate.model_validate({"instruction": "q", "top_k": 3})
+        tight.parse_generate({"instruction": "q", "top_k": 3})
 
 
 class _Response:
@@ -241,19 +260,19 @@ class _Handle:
         return self.response
 
 
-def test_tree_search_backend_maps_backpressure_and_deadline():
+def test_decoder_backend_maps_backpressure_and_deadline():
     from ray.serve.exceptions import BackPressureError
 
-    from raypipe.serving.deployments import TreeSearchBackend
+    from raypipe.serving.deployments import DecoderBackend
 
-    request, cfg = DecodeRequest("q"), DecodeConfig()
-    ok = TreeSearchBackend(_Handle(_Response(result={"text": "a"})), timeout_s=5)
-    assert asyncio.run(ok.decode(request, cfg)) == {"text": "a"}
-    full = TreeSearchBackend(_Handle(_Response(error=BackPressureError(num_queued_requests=4, max_queued_requests=4))),
-                             timeout_s=5)
+    call = ("selfrag", MethodRequest("q"), SelfRAGSettings(), 3)
+    ok = DecoderBackend(_Handle(_Response(result={"text": "a"})), timeout_s=5)
+    assert asyncio.run(ok.decode(*call)) == {"text": "a"}
+    full = DecoderBackend(_Handle(_Response(error=BackPressureError(num_queued_requests=4, max_queued_requests=4))),
+                          timeout_s=5)
     with pytest.raises(Overloaded, match="max_queued_requests=4"):
-        asyncio.run(full.decode(request, cfg))
+        asyncio.run(full.decode(*call))
     hanging = _Response(hang=True)
     with pytest.raises(DecodeTimeout, match="0.05"):
-        asyncio.run(TreeSearchBackend(_Handle(hanging), timeout_s=0.05).decode(request, cfg))
+        asyncio.run(DecoderBackend(_Handle(hanging), timeout_s=0.05).decode(*call))
     assert hanging.cancelled

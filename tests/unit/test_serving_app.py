@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from raypipe.config import DecodeConfig, RaypipeConfig, ServeConfig
+from raypipe.config import MethodsConfig, RaypipeConfig, SelfRAGSettings, ServeConfig
 from raypipe.errors import ConfigError
 from raypipe.serving.app import app_from_config, autoscaling_config, build_app, resolve_paths
 
@@ -36,6 +36,6 @@ def test_builder_args_are_checked():
 
 
 def test_defaults_beyond_the_request_limits_refuse_to_build():
-    cfg = RaypipeConfig(serve=ServeConfig(max_beam_width=2), decode=DecodeConfig(beam_width=4))
-    with pytest.raises(ConfigError, match="decode.beam_width=4 > serve.max_beam_width=2"):
+    cfg = RaypipeConfig(serve=ServeConfig(max_beam_width=2), methods=MethodsConfig(selfrag=SelfRAGSettings(beam_width=4)))
+    with pytest.raises(ConfigError, match="methods.selfrag.beam_width=4 > serve.max_beam_width=2"):
         build_app(cfg)

@@ -73,7 +73,7 @@ def test_same_seed_same_bytes_other_seed_other_content(tmp_path):
     a, b, c = (_file_digests(tmp_path / x) for x in "abc")
     assert a == b
     assert {"instances/part-00002.parquet", "passages/part-00000.parquet", "web/passages/part-00000.parquet",
-            "eval/heldout_qa.jsonl", "_SUCCESS"} <= a.keys()
+            "eval/heldout_qa.jsonl", "eval/heldout_noret.jsonl", "_SUCCESS"} <= a.keys()
     data_files = [k for k in a if k.endswith((".parquet", ".jsonl"))]
     assert all(a[k] != c[k] for k in data_files)
 
@@ -258,3 +258,41 @@ def test_sentence_final_words_are_not_spacy_abbreviations():
         | {w[::-1] for w in vocab.STRING_WORDS} | {w.upper() for w in vocab.STRING_WORDS}
     )
     assert not sorted(w for w in words if w + "." in rules)
+
+
+# --- instructions that need no retrieval ------------------------------------------------------------------
+
+
+def test_noret_split_has_exact_answers_and_no_world_knowledge(world, instances):
+    items = _eval(world, "heldout_noret")
+    assert len(items) == SMALL["eval_instances"] and len({i["id"] for i in items}) == len(items)
+    assert {i["category"] for i in items} == {"arith", "string", "creative"}
+    for item in items:
+        if item["category"] == "creative":
+            assert item["answers"] == []
+            continue
+        (answer,) = item["answers"]
+        assert answer in item["reference"]
+        if item["category"] == "arith":
+            a, op, b = re.fullmatch(r"(?:What is )?(\d+) (plus|minus|times) (\d+)\??",
+                                    item["input"] or item["instruction"]).groups()
+            assert int(answer) == {"plus": int(a) + int(b), "minus": int(a) - int(b), "times": int(a) * int(b)}[op]
+        elif item["instruction"].startswith("Reverse"):
+            word = item["instruction"].removesuffix(".").split()[-1]
+            assert answer == word[::-1]
+    # the same templates as the training mix's no-retrieval instructions, and no entity of the world
+    trained = {r["instruction"].split(" ")[0] for r in instances if not r["meta"]["needs_retrieval"]}
+    assert {i["instruction"].split(" ")[0] for i in items} <= trained
+    names = {r["meta"]["entity"] for r in instances if r["meta"]["entity"]}
+    assert not any(name in i["instruction"] for i in items for name in names)
+
+
+def test_a_finished_world_gains_a_missing_eval_split_with_the_same_bytes(tmp_path):
+    cfg = _cfg(tmp_path, instances=200, shard_size=80, eval_instances=10)
+    synthesize(cfg)
+    before = _file_digests(tmp_path)
+    split = tmp_path / "eval" / "heldout_noret.jsonl"
+    split.unlink()  # a world written before the split existed
+    stats = synthesize(cfg)
+    assert stats["eval"]["heldout_noret"] == 10
+    assert _file_digests(tmp_path) == before

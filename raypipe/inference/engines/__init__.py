@@ -1,4 +1,5 @@
-"""Generation engines behind one interface (DESIGN §3): HF transformers on CPU or GPU, vLLM on GPU."""
+"""Generation engines behind one interface (ARCHITECTURE.md, "Engines"): HF transformers on CPU or GPU,
+vLLM on GPU."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from raypipe.config import DecodeConfig
+from raypipe.config import EngineConfig
 from raypipe.errors import ConfigError
 from raypipe.inference.engines.base import Engine, Generation, GenerationParams, GroupProbs
 
@@ -17,25 +18,29 @@ logger = logging.getLogger(__name__)
 __all__ = ["Engine", "Generation", "GenerationParams", "GroupProbs", "engine_kind", "make_engine"]
 
 
-def engine_kind(requested: str) -> str:
-    """`auto` -> vllm when a GPU is visible and vllm is importable, else hf."""
+def engine_kind(requested: str, device: str | None = None) -> str:
+    """`auto` -> vllm when a GPU is visible (and not declined with device="cpu") and vllm is
+    importable, else hf."""
     if requested != "auto":
         return requested
-    if torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None:
+    if device != "cpu" and torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None:
         return "vllm"
+    if device is None and torch.cuda.is_available():
+        logger.warning("CUDA is available but vLLM is not installed: the model runs on transformers")
     return "hf"
 
 
-def make_engine(model_path: str | Path, cfg: DecodeConfig) -> Engine:
-    """The engine `cfg.engine` names (or picks, for `auto`), loaded on `model_path`."""
-    kind = engine_kind(cfg.engine)
+def make_engine(model_path: str | Path, cfg: EngineConfig, device: str | None = None) -> Engine:
+    """The engine `cfg.kind` names (or picks, for `auto`), loaded on `model_path`; `device` pins the
+    HF engine's device (default: CUDA when visible)."""
+    kind = engine_kind(cfg.kind, device)
     logger.info("generation engine: %s on %s", kind, model_path)
     if kind == "vllm":
         if not torch.cuda.is_available():
-            raise ConfigError("decode.engine=vllm needs a CUDA GPU; use decode.engine=hf or auto")
+            raise ConfigError("engine.kind=vllm needs a CUDA GPU; use engine.kind=hf or auto")
         from raypipe.inference.engines.vllm import VLLMEngine
 
         return VLLMEngine(model_path, gpu_memory_utilization=cfg.gpu_memory_utilization)
     from raypipe.inference.engines.hf import HFEngine
 
-    return HFEngine(model_path, batch_size=cfg.engine_batch_size)
+    return HFEngine(model_path, batch_size=cfg.batch_size, device=device)

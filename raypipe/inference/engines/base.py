@@ -1,10 +1,12 @@
-"""The engine interface every Self-RAG decoder talks to (DESIGN §3), whatever runs the model.
+"""The engine interface every method and the critic talk to (ARCHITECTURE.md, "Engines"), whatever runs
+the model: the one place where a distribution over a set of label tokens is read from logits.
 
 Self-RAG scores a segment with the probabilities of reflection tokens normalized over their group
-(paper Eq. 3-4, App. A.4). A top-k logprob list cannot give those: a group member outside the top k
-is not "probability 0". So an engine reports, at every generated position whose token belongs to a
-reflection group, softmax(logits[group ids]) computed from the full logits, which equals
-p(token) / Σ_group p exactly.
+(paper Eq. 3-4, App. A.4), and its critic's labels are the argmax of the same distribution (§3.2.2).
+A top-k logprob list cannot give those: a group member outside the top k is not "probability 0". So
+an engine reports, at every generated position whose token belongs to a reflection group, and for
+the next token after a prompt (`next_token_probs`), softmax(logits[label ids]) computed from the full
+logits, which equals p(token) / Σ_labels p exactly.
 """
 
 from __future__ import annotations
@@ -85,9 +87,13 @@ class Engine(ABC):
         """Greedy continuations of `prompts`, in order."""
 
     @abstractmethod
+    def next_token_probs(self, prompts: list[str], tokens: tuple[str, ...]) -> list[dict[str, float]]:
+        """The distribution of the token that would follow each prompt (no generation) over `tokens`
+        (reflection tokens), normalized over them: the critic's judgements read it."""
+
     def next_group_probs(self, prompts: list[str], group: Group) -> list[dict[str, float]]:
-        """The group's distribution of the token that would follow each prompt (no generation):
-        the retrieval decision before the first segment reads it."""
+        """The group's next-token distribution: the retrieval decision before the first segment."""
+        return self.next_token_probs(prompts, GROUP_TOKENS[group])
 
 
 class GroupTable:
@@ -97,6 +103,7 @@ class GroupTable:
         self.ids: dict[Group, list[int]] = group_token_ids(tokenizer)
         self.group_of: dict[int, Group] = {i: g for g, ids in self.ids.items() for i in ids}
         self.token_of: dict[int, str] = {i: t for g, ids in self.ids.items() for i, t in zip(ids, GROUP_TOKENS[g], strict=True)}
+        self.id_of: dict[str, int] = {t: i for i, t in self.token_of.items()}
 
     def to_read(self, token: int, position: int, params: GenerationParams) -> list[Group]:
         """The groups whose distribution is recorded where `token` was chosen at `position`."""

@@ -6,11 +6,18 @@ the raw logits) and costs one small softmax per reflection position.
 
 Batches are left-padded with explicit position ids, so a prompt gets the same positions, and the same
 tokens, alone or in a batch. Rows that finish are dropped from the batch and the cache.
+
+`next_token_probs` serves the critic, whose prompts of one aspect share a long prefix (the aspect's
+instruction: 70-90% of the tokens of the tiny critic's prompts): a batch runs its rows' longest
+common prefix once, repeats its KV cache over the rows and runs only the suffixes (the prefix caching
+vLLM does on GPU, done here per batch). Causal attention makes the prefix's keys and values the same
+whether computed alone or inside each row, so results are unchanged.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,6 +66,8 @@ class HFEngine(Engine):
             raise ModelError(f"{model_path}: the tokenizer has no pad token")
         self.pad_id = self.tokenizer.pad_token_id
         self.max_positions: int | None = getattr(self.model.config, "max_position_embeddings", None)
+        #: prompts cut from the left to fit the model
+        self.truncated = 0
         self._group_index = {g: torch.tensor(ids, device=self.device) for g, ids in self.groups.ids.items()}
 
     # --- prompts -----------------------------------------------------------------------------------
@@ -74,11 +83,12 @@ class HFEngine(Engine):
             raise ModelError(f"max_new_tokens={room} does not fit a model of {self.max_positions} positions")
         long = sum(len(ids) > limit for ids in encoded)
         if long:
+            self.truncated += long
             logger.warning("%d of %d prompts exceed %d tokens and were left-truncated", long, len(encoded), limit)
         return [ids[-limit:] for ids in encoded]
 
-    def _prefill(self, batch: list[list[int]]) -> tuple[torch.Tensor, DynamicCache, torch.Tensor, torch.Tensor]:
-        """Run the left-padded prompts; returns last-position logits, cache, mask and next positions."""
+    def _padded(self, batch: list[list[int]], offset: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Left-padded ids, their mask, and position ids counted from `offset` at each first real token."""
         width = max(len(ids) for ids in batch)
         input_ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(batch), width), dtype=torch.long)
@@ -86,7 +96,11 @@ class HFEngine(Engine):
             input_ids[row, width - len(ids):] = torch.tensor(ids)
             mask[row, width - len(ids):] = 1
         input_ids, mask = input_ids.to(self.device), mask.to(self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        return input_ids, mask, offset + (mask.cumsum(-1) - 1).clamp(min=0)
+
+    def _prefill(self, batch: list[list[int]]) -> tuple[torch.Tensor, DynamicCache, torch.Tensor, torch.Tensor]:
+        """Run the left-padded prompts; returns last-position logits, cache, mask and next positions."""
+        input_ids, mask, positions = self._padded(batch)
         cache = DynamicCache(config=self.model.config)
         out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
                          past_key_values=cache, use_cache=True, logits_to_keep=1)
@@ -94,8 +108,14 @@ class HFEngine(Engine):
 
     # --- probabilities -----------------------------------------------------------------------------
 
+    @staticmethod
+    def _label_probs(logits: torch.Tensor, index: torch.Tensor) -> list:
+        """softmax(logits[..., label ids]) over the labels, in float64 so that a distribution sums to
+        1 to double precision: the exact normalized distribution."""
+        return torch.softmax(logits.index_select(-1, index).double(), dim=-1).tolist()
+
     def _group_probs(self, logits: torch.Tensor, group: Group) -> list[float]:
-        return torch.softmax(logits.index_select(-1, self._group_index[group]), dim=-1).tolist()
+        return self._label_probs(logits, self._group_index[group])
 
     def _read_groups(self, rows: list[_Row], live: list[int], logits: torch.Tensor, next_ids: list[int],
                      step: int, params: GenerationParams) -> None:
@@ -164,11 +184,34 @@ class HFEngine(Engine):
                           token_ids=row.token_ids, token_logprobs=row.logprobs,
                           finish_reason=row.finish or "length", reflections=row.reflections)
 
+    def _last_logits(self, batch: list[list[int]]) -> torch.Tensor:
+        """Logits at each row's last prompt token: the shared prefix once, then the padded suffixes."""
+        shared = len(os.path.commonprefix(batch)) if len(batch) > 1 else 0
+        shared = min(shared, min(len(ids) for ids in batch) - 1)  # every row keeps its answer position
+        cache = None
+        if shared > 0:
+            prefix = torch.tensor([batch[0][:shared]], dtype=torch.long, device=self.device)
+            cache = DynamicCache(config=self.model.config)
+            self.model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            cache.batch_repeat_interleave(len(batch))
+        input_ids, mask, positions = self._padded([ids[shared:] for ids in batch], offset=shared)
+        if shared > 0:
+            mask = torch.cat([mask.new_ones((len(batch), shared)), mask], dim=1)
+        out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
+                         past_key_values=cache, use_cache=cache is not None, logits_to_keep=1)
+        return out.logits[:, -1].float()
+
     @torch.inference_mode()
-    def next_group_probs(self, prompts: list[str], group: Group) -> list[dict[str, float]]:
+    def next_token_probs(self, prompts: list[str], tokens: tuple[str, ...]) -> list[dict[str, float]]:
+        """Batches are formed in length order (the padded suffixes then waste little); results come
+        back in input order."""
         encoded = self._encode(prompts, 1)
-        out: list[dict[str, float]] = []
-        for start in range(0, len(encoded), self.batch_size):
-            logits = self._prefill(encoded[start:start + self.batch_size])[0]
-            out.extend(self.groups.named(group, self._group_probs(row, group)) for row in logits)
+        index = torch.tensor([self.groups.id_of[t] for t in tokens], device=self.device)
+        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+        out: list[dict[str, float]] = [{}] * len(encoded)
+        for start in range(0, len(order), self.batch_size):
+            rows = order[start:start + self.batch_size]
+            probs_of_rows = self._label_probs(self._last_logits([encoded[i] for i in rows]), index)
+            for i, probs in zip(rows, probs_of_rows, strict=True):
+                out[i] = dict(zip(tokens, probs, strict=True))
         return out

@@ -37,7 +37,7 @@ from raypipe.inference.engines.base import (
     normalize_group,
 )
 from raypipe.models import load_tokenizer
-from raypipe.tokens import Group
+from raypipe.tokens import GROUP_TOKENS, Group
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class VLLMEngine(Engine):
         if len(self.tokenizer) > vocab:
             # load_tokenizer added reflection tokens the weights have no rows for; vLLM cannot resize.
             raise ModelError(f"{model_path}: the tokenizer lacks reflection tokens; the vLLM engine needs a "
-                             "Self-RAG checkpoint (fine-tune it first, or use decode.engine=hf)")
+                             "Self-RAG checkpoint (fine-tune it first, or use engine.kind=hf)")
         self.groups = GroupTable(self.tokenizer)
         try:
             generation_eos = GenerationConfig.from_pretrained(model_path, local_files_only=True).eos_token_id
@@ -73,10 +73,18 @@ class VLLMEngine(Engine):
         return [{tid: lp.logprob for tid, lp in out.outputs[0].logprobs[0].items()} for out in outputs]
 
     def _group(self, logprobs: dict[int, float], group: Group) -> dict[str, float]:
-        return self.groups.named(group, normalize_group([logprobs[i] for i in self.groups.ids[group]]))
+        return self._labels(logprobs, GROUP_TOKENS[group])
 
-    def next_group_probs(self, prompts: list[str], group: Group) -> list[dict[str, float]]:
-        return [self._group(lp, group) for lp in self._next_logprobs(self._prompt_ids(prompts))]
+    def _labels(self, logprobs: dict[int, float], tokens: tuple[str, ...]) -> dict[str, float]:
+        ids = [self.groups.id_of[t] for t in tokens]
+        missing = [i for i in ids if i not in logprobs]
+        if missing:  # never approximate from a truncated list: that is the one thing this must not do
+            raise ModelError(f"vLLM returned logprobs for {len(logprobs)} tokens, without the label ids {missing}; "
+                             "this vLLM version does not honour logprobs=-1")
+        return dict(zip(tokens, normalize_group([logprobs[i] for i in ids]), strict=True))
+
+    def next_token_probs(self, prompts: list[str], tokens: tuple[str, ...]) -> list[dict[str, float]]:
+        return [self._labels(lp, tokens) for lp in self._next_logprobs(self._prompt_ids(prompts))]
 
     def generate(self, prompts: list[str], params: GenerationParams) -> list[Generation]:
         prompt_ids = self._prompt_ids(prompts)

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from raypipe.config import DecodeConfig
+from raypipe.config import SelfRAGSettings
 from raypipe.tokens import (
     FULLY_SUPPORTED,
     GROUP_TOKENS,
@@ -69,7 +69,11 @@ def retrieve_ratio(probs: Mapping[str, float]) -> float:
 
 
 def should_retrieve(probs: Mapping[str, float], threshold: float) -> bool:
-    """Retrieve when the ratio is strictly above δ, so δ = 1 never retrieves."""
+    """Retrieve when the ratio is strictly above δ, so δ = 1 never retrieves. When the group's mass
+    sits on [Continue to Use Evidence] alone (p(Retrieval) + p(No Retrieval) underflows to 0), the
+    model asks for no new passage: that is not retrieving, not an undefined ratio."""
+    if probs.get(RETRIEVAL, 0.0) + probs.get(NO_RETRIEVAL, 0.0) <= 0.0:
+        return False
     return retrieve_ratio(probs) > threshold
 
 
@@ -85,7 +89,7 @@ def segment_probability(token_logprobs: Sequence[float], how: SegmentProb) -> fl
     return math.exp(total / max(len(token_logprobs), 1))
 
 
-def critique_weights(cfg: DecodeConfig) -> dict[Group, float]:
+def critique_weights(cfg: SelfRAGSettings) -> dict[Group, float]:
     return {Group.IS_REL: cfg.w_is_rel, Group.IS_SUP: cfg.w_is_sup, Group.IS_USE: cfg.w_is_use}
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from raypipe.inference.closed_set import aggregate_options, choice_options, match_option, verdict_options
+from raypipe.methods.closed_set import aggregate_options, choice_options, match_option, verdict_options
 
 CHOICES = choice_options({"A": "Paris", "B": "New York", "C": "Lyon", "D": "Rome"})
 

@@ -1,4 +1,4 @@
-"""Self-RAG inference: adaptive retrieval and segment-level beam search (paper §3.3, Algorithm 1,
+"""The `selfrag` method: adaptive retrieval and segment-level beam search (paper §3.3, Algorithm 1,
 App. A.4), run in lock step over a batch of requests so that every step is one engine call.
 
 One step, for every unfinished hypothesis (beam) of every request:
@@ -27,12 +27,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from raypipe.config import DecodeConfig
-from raypipe.errors import ConfigError
-from raypipe.inference.closed_set import Option, aggregate_options
+from raypipe.config import SelfRAGSettings, SelfRAGSweeps
 from raypipe.inference.engines.base import Engine, Generation, GenerationParams, GroupTable
-from raypipe.inference.retriever import Passage, Retriever
-from raypipe.inference.scoring import (
+from raypipe.methods.base import Citation, Method, MethodRequest, MethodResult, ToolName, Tools, Variant
+from raypipe.methods.closed_set import aggregate_options
+from raypipe.methods.selfrag.scoring import (
     CRITIQUE_GROUPS,
     SegmentScore,
     critique_weights,
@@ -41,10 +40,10 @@ from raypipe.inference.scoring import (
     should_retrieve,
 )
 from raypipe.prompts import format_generator_prompt
+from raypipe.retrieval.types import Passage, Searcher
 from raypipe.tokens import (
     CONTINUE,
     NO_RETRIEVAL,
-    REFLECTION_TOKENS,
     RETRIEVAL,
     Group,
     format_paragraph,
@@ -52,23 +51,6 @@ from raypipe.tokens import (
 )
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class DecodeRequest:
-    instruction: str
-    input: str = ""
-    #: answer options of a closed-set task; empty for open-ended generation
-    options: tuple[Option, ...] = ()
-    #: what x is for retrieval when it is not instruction + input: a closed-set task's instruction is
-    #: the same boilerplate for every item, so the paper retrieves with the claim or question alone
-    query: str | None = None
-
-
-@dataclass(frozen=True)
-class Citation:
-    passage_id: str
-    title: str
 
 
 @dataclass
@@ -85,36 +67,6 @@ class SegmentTrace:
     def as_dict(self) -> dict[str, Any]:
         return {"text": self.text, "raw": self.raw, "citation": asdict(self.citation) if self.citation else None,
                 "reflections": self.reflections, "scores": self.score.as_dict()}
-
-
-@dataclass
-class DecodeResult:
-    """The chosen output. `n_retrievals` counts retrieval calls made for the request (over all beams);
-    `option`/`option_scores` are set for closed-set requests; `constraints_relaxed` says that every
-    continuation of some step broke a hard constraint, so they were kept rather than return nothing."""
-
-    text: str
-    raw: str
-    segments: list[SegmentTrace]
-    score: float
-    n_retrievals: int
-    option: str | None = None
-    option_scores: dict[str, float] = field(default_factory=dict)
-    constraints_relaxed: bool = False
-
-    @property
-    def retrieved(self) -> bool:
-        return self.n_retrievals > 0
-
-    @property
-    def citations(self) -> list[Citation]:
-        return [s.citation for s in self.segments if s.citation is not None]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"text": self.text, "raw": self.raw, "score": self.score, "n_retrievals": self.n_retrievals,
-                "retrieved": self.retrieved, "citations": [asdict(c) for c in self.citations],
-                "segments": [s.as_dict() for s in self.segments], "option": self.option,
-                "option_scores": self.option_scores, "constraints_relaxed": self.constraints_relaxed}
 
 
 @dataclass
@@ -139,7 +91,7 @@ class _Hypothesis:
 
 @dataclass
 class _Search:
-    request: DecodeRequest
+    request: MethodRequest
     prompt: str
     beams: list[_Hypothesis]
     completed: list[_Hypothesis] = field(default_factory=list)
@@ -159,24 +111,52 @@ class _Expansion:
         return self.search.prompt + self.parent.raw + self.prefix
 
 
-def retrieval_query(request: DecodeRequest, previous_segment: str) -> str:
+def retrieval_query(request: MethodRequest, previous_segment: str) -> str:
     """Algorithm 1 line 4: retrieve with (x, y_{t-1})."""
-    x = [request.query] if request.query is not None else [request.instruction, request.input]
-    parts = [*x, previous_segment]
-    return "\n".join(p for p in parts if p)
+    return "\n".join(p for p in (request.retrieval_text(), previous_segment) if p)
 
 
-class SelfRAGDecoder:
-    """Decode requests with an engine and a retriever under one `DecodeConfig`."""
+class SelfRAG(Method[SelfRAGSettings]):
+    """Self-RAG decoding with the generator's engine and a retriever (paper §3.3)."""
 
-    def __init__(self, engine: Engine, retriever: Retriever | None, cfg: DecodeConfig):
-        unknown = [t for t in cfg.forbid if t not in REFLECTION_TOKENS]
-        if unknown:
-            raise ConfigError(f"decode.forbid: {unknown} are not reflection tokens ({', '.join(REFLECTION_TOKENS)})")
-        if retriever is None and cfg.mode != "never":
-            raise ConfigError(f"decode.mode={cfg.mode} needs a retriever")
-        self.engine, self.retriever, self.cfg = engine, retriever, cfg
-        self.groups = GroupTable(engine.tokenizer)
+    name = "selfrag"
+    settings_type = SelfRAGSettings
+    tools = ("engine", "retriever")
+
+    def __init__(self, tools: Tools):
+        super().__init__(tools)
+        self.engine: Engine = tools.get("engine", self.name)
+        self.groups = GroupTable(self.engine.tokenizer)
+
+    @classmethod
+    def uses(cls, settings: SelfRAGSettings) -> set[ToolName]:
+        return {"engine"} if settings.mode == "never" else {"engine", "retriever"}
+
+    def decode(self, requests: Sequence[MethodRequest], settings: SelfRAGSettings, top_k: int) -> list[MethodResult]:
+        retriever = self.tools.get("retriever", self.name) if settings.mode != "never" else None
+        return _Decoding(self.engine, retriever, self.groups, settings, top_k).run(requests)
+
+    @classmethod
+    def variants(cls, settings: SelfRAGSettings, sweeps: SelfRAGSweeps | None = None) -> list[Variant]:
+        """The retrieval modes, then the threshold sweep, then the IsSup-weight sweep (Fig. 3b, 3c)."""
+        sweeps = sweeps or SelfRAGSweeps()
+
+        def variant(name: str, sweep: str, value: float | str, **update: Any) -> Variant:
+            return Variant(name, cls.name, sweep, value, settings.model_copy(update=update))
+
+        variants = [variant(mode, "mode", mode, mode=mode) for mode in sweeps.modes]
+        variants += [variant(f"threshold_{t:g}", "threshold", t, mode="adaptive", threshold=t) for t in sweeps.threshold]
+        variants += [variant(f"w_is_sup_{w:g}", "is_sup_weight", w, mode=sweeps.weight_sweep_mode, w_is_sup=w)
+                     for w in sweeps.is_sup_weight]
+        return list({v.name: v for v in variants}.values())
+
+
+class _Decoding:
+    """One `SelfRAG.decode` call: the settings, and the search state of its requests."""
+
+    def __init__(self, engine: Engine, retriever: Searcher | None, groups: GroupTable, cfg: SelfRAGSettings,
+                 top_k: int):
+        self.engine, self.retriever, self.groups, self.cfg, self.top_k = engine, retriever, groups, cfg, top_k
         self.weights = critique_weights(cfg)
         self.forbid = frozenset(cfg.forbid)
         self.params = GenerationParams(
@@ -185,7 +165,7 @@ class SelfRAGDecoder:
             first_position_groups=(Group.IS_REL,),
         )
 
-    def decode(self, requests: Sequence[DecodeRequest]) -> list[DecodeResult]:
+    def run(self, requests: Sequence[MethodRequest]) -> list[MethodResult]:
         searches = [_Search(r, format_generator_prompt(r.instruction, r.input), [_Hypothesis()]) for r in requests]
         if self.cfg.mode == "adaptive" and searches:
             first = self.engine.next_group_probs([s.prompt for s in searches], Group.RETRIEVE)
@@ -209,7 +189,7 @@ class SelfRAGDecoder:
         retrieving = [self._wants_retrieval(h) for _, h in work]
         queries = [retrieval_query(s.request, h.segments[-1].text if h.segments else "")
                    for (s, h), r in zip(work, retrieving, strict=True) if r]
-        found = iter(self.retriever.search(queries, self.cfg.top_k) if queries else [])
+        found = iter(self.retriever.search(queries, self.top_k) if queries else [])
         expansions: list[_Expansion] = []
         for (search, h), retrieve in zip(work, retrieving, strict=True):
             passages = list(next(found)) if retrieve else []
@@ -264,10 +244,15 @@ class SelfRAGDecoder:
             search.completed.extend(c for c in pool if c.finished)
         search.beams = sorted(pool, key=lambda h: h.score, reverse=True)[: self.cfg.beam_width]
 
-    def _result(self, search: _Search) -> DecodeResult:
+    def _result(self, search: _Search) -> MethodResult:
+        """The best hypothesis; its trace holds the raw output, its segments with their reflection
+        distributions and scores, and whether hard constraints were relaxed (every continuation of
+        some step broke one, so they were kept rather than return nothing)."""
         best = search.beams[0]
-        result = DecodeResult(text=best.text, raw=best.raw, segments=best.segments, score=best.score,
-                              n_retrievals=search.n_retrievals, constraints_relaxed=search.constraints_relaxed)
+        trace = {"raw": best.raw, "score": best.score, "segments": [s.as_dict() for s in best.segments],
+                 "constraints_relaxed": search.constraints_relaxed}
+        result = MethodResult(text=best.text, citations=[s.citation for s in best.segments if s.citation],
+                              n_retrievals=search.n_retrievals, trace=trace)
         if search.request.options:
             candidates = search.completed + [h for h in search.beams if not h.finished]
             answer = aggregate_options(((h.text, h.score) for h in candidates), search.request.options)

@@ -9,11 +9,10 @@ requests: the caches grow with every distinct prompt.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from raypipe.inference.engines.base import Engine, Generation, GenerationParams
-from raypipe.inference.retriever import Passage, Retriever
-from raypipe.tokens import Group
+from raypipe.retrieval.types import Passage, Searcher
 
 T = TypeVar("T")
 
@@ -40,16 +39,27 @@ class MemoEngine(Engine):
         return _cached(self._generations, [(p, params) for p in prompts],
                        lambda idx: self.engine.generate([prompts[i] for i in idx], params))
 
-    def next_group_probs(self, prompts: list[str], group: Group) -> list[dict[str, float]]:
-        return _cached(self._next, [(p, group) for p in prompts],
-                       lambda idx: self.engine.next_group_probs([prompts[i] for i in idx], group))
+    def next_token_probs(self, prompts: list[str], tokens: tuple[str, ...]) -> list[dict[str, float]]:
+        return _cached(self._next, [(p, tokens) for p in prompts],
+                       lambda idx: self.engine.next_token_probs([prompts[i] for i in idx], tokens))
 
 
-class MemoRetriever:
-    def __init__(self, retriever: Retriever):
+class MemoSearcher:
+    def __init__(self, retriever: Searcher):
         self.retriever = retriever
         self._hits: dict[Hashable, Sequence[Passage]] = {}
 
     def search(self, queries: list[str], k: int) -> list[Sequence[Passage]]:
         return _cached(self._hits, [(q, k) for q in queries],
                        lambda idx: list(self.retriever.search([queries[i] for i in idx], k)))
+
+
+class MemoScorer:
+    """CRAG's evaluator memoized per pair: the ablations of one batch re-score the same documents."""
+
+    def __init__(self, scorer: Any):
+        self.scorer = scorer
+        self._scores: dict[Hashable, float] = {}
+
+    def score(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
+        return _cached(self._scores, list(pairs), lambda idx: self.scorer.score([pairs[i] for i in idx]))

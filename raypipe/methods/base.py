@@ -1,0 +1,141 @@
+"""The method interface: what decoding, eval and serving know of a retrieval-augmented method.
+
+A method (Self-RAG, CRAG, Self-Reasoning, plain RAG) takes a batch of neutral requests and returns
+neutral results, plus a method-specific `trace` (Self-RAG: segments and reflection-token
+distributions). It is built from a bundle of tools (engine, retriever, second search source, ...) and
+run with its own settings (a `MethodSettings` model in raypipe/config.py: its config section
+`methods.<name>`, and the schema of its per-request controls). A method knows nothing of Ray, HTTP or Ray Data: eval wraps
+it in a Ray Data actor, serving in a Serve deployment, both through the registry
+(`raypipe.methods.get_method`). See ARCHITECTURE.md, "Methods".
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
+
+from raypipe.config import MethodSettings
+from raypipe.errors import ConfigError
+from raypipe.inference.engines.base import Engine
+from raypipe.methods.closed_set import Option
+from raypipe.retrieval.types import Searcher
+
+
+class RelevanceScorer(Protocol):
+    """Scores (query, document) pairs, higher = more relevant; CRAG's evaluator gives [-1, 1]."""
+
+    def score(self, pairs: Sequence[tuple[str, str]]) -> list[float]: ...
+
+#: the tools a method may ask for; `Tools` has one field per name
+ToolName = Literal["engine", "retriever", "web", "evaluator", "lm"]
+
+
+@dataclass(frozen=True)
+class MethodRequest:
+    """One question to answer. `options` are a closed-set task's answer options (empty for open-ended
+    generation); `query` is what x is for retrieval when it is not instruction + input (a closed-set
+    task's instruction is the same boilerplate for every item, so the papers retrieve with the claim
+    or the question alone)."""
+
+    instruction: str
+    input: str = ""
+    options: tuple[Option, ...] = ()
+    query: str | None = None
+
+    def retrieval_text(self) -> str:
+        """x as a search query: `query` when set, else instruction and input."""
+        parts = [self.query] if self.query is not None else [self.instruction, self.input]
+        return "\n".join(p for p in parts if p)
+
+
+@dataclass(frozen=True)
+class Citation:
+    passage_id: str
+    title: str
+
+
+@dataclass
+class MethodResult:
+    """A method's answer. `n_retrievals` counts retrieval calls made for the request; `option` and
+    `option_scores` are set for closed-set requests; `trace` is whatever the method shows of its work
+    (JSON-serializable)."""
+
+    text: str
+    citations: list[Citation] = field(default_factory=list)
+    n_retrievals: int = 0
+    option: str | None = None
+    option_scores: dict[str, float] = field(default_factory=dict)
+    trace: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def retrieved(self) -> bool:
+        return self.n_retrievals > 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"text": self.text, "citations": [asdict(c) for c in self.citations],
+                "n_retrievals": self.n_retrievals, "retrieved": self.retrieved, "option": self.option,
+                "option_scores": self.option_scores, "trace": self.trace}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One setting of a method to evaluate; `sweep` and `value` say what it varies (for the plots)."""
+
+    name: str
+    method: str
+    sweep: str
+    value: float | str
+    settings: MethodSettings
+
+
+@dataclass
+class Tools:
+    """What methods are built from. Each is optional: a bundle holds what the configured methods need
+    (`Method.uses`), so an eval of `mode: never` loads no index."""
+
+    engine: Engine | None = None
+    retriever: Searcher | None = None
+    #: the second search source (CRAG's web search): another index or an HTTP search API
+    web: Searcher | None = None
+    #: CRAG's retrieval evaluator (CRAG §4.2): scores (question, document) pairs in [-1, 1]
+    evaluator: RelevanceScorer | None = None
+    #: a plain instruct LM (chat template): CRAG's and RAG's generator, CRAG's query rewriter
+    lm: Engine | None = None
+
+    def get(self, name: ToolName, method: str) -> Any:
+        tool = getattr(self, name)
+        if tool is None:
+            raise ConfigError(f"method {method!r} needs a {name}, and none was configured or loaded")
+        return tool
+
+
+C = TypeVar("C", bound=MethodSettings)
+
+
+class Method(ABC, Generic[C]):
+    """A decoding method. Subclasses set `name` and `settings_type`, and register themselves with
+    `raypipe.methods.register`."""
+
+    name: ClassVar[str]
+    settings_type: ClassVar[type[MethodSettings]]
+    #: every tool the method may use under some settings: what a server must bind for it
+    tools: ClassVar[tuple[ToolName, ...]]
+
+    def __init__(self, tools: Tools):
+        self.tools = tools
+
+    @classmethod
+    def uses(cls, settings: C) -> set[ToolName]:
+        """The tools these settings need (default: all of `tools`)."""
+        return set(cls.tools)
+
+    @abstractmethod
+    def decode(self, requests: Sequence[MethodRequest], settings: C, top_k: int) -> list[MethodResult]:
+        """Answer `requests` in lock step under `settings`, retrieving `top_k` documents per search."""
+
+    @classmethod
+    def variants(cls, settings: C) -> list[Variant]:
+        """The settings eval runs for this method: its own sweeps (default: `settings` alone)."""
+        return [Variant(cls.name, cls.name, "method", cls.name, settings)]

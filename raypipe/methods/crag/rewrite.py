@@ -1,0 +1,172 @@
+"""Query rewriting for web search (CRAG §4.5, App. A Table 7): the input becomes at most three
+keywords, "to mimic the daily usage of search engine".
+
+The paper prompts ChatGPT with the few-shot prompt of Table 7. The rewriter is pluggable:
+- `lm`: the local instruct LM (SmolLM2-135M-Instruct by default) with the same prompt in its chat
+  template, all of a batch's questions in one engine call;
+- `openai`: any OpenAI-compatible chat-completions server (ChatGPT as in the paper, vLLM, Ray Serve);
+- `none`: the raw question (Table 3 "w/o rewriting").
+Replies are parsed leniently (`parse_keywords`); a reply with no usable keyword, or an endpoint that
+fails, falls back to the raw question, and the rewrite's trace says so.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Protocol
+
+import httpx
+
+from raypipe.config import CorrectiveSettings
+from raypipe.http_retry import NoResponse, RetryPolicy
+from raypipe.inference.engines.base import Engine, GenerationParams
+
+logger = logging.getLogger(__name__)
+
+#: App. A, Table 7, verbatim except straight apostrophes
+REWRITE_PROMPT = """Extract at most three keywords separated by comma from the following dialogues and questions as queries for the web search, including topic background within dialogues and main intent within questions.
+
+question: What is Henry Feilden's occupation?
+query: Henry Feilden, occupation
+
+question: In what city was Billy Carlson born?
+query: city, Billy Carlson, born
+
+question: What is the religion of John Gwynn?
+query: religion of John Gwynn
+
+question: What sport does Kiribati men's national basketball team play?
+query: sport, Kiribati men's national basketball team play
+
+question: {question}
+query:"""
+
+MAX_KEYWORDS = 3
+#: tokens the LM may write for a keyword query
+REWRITE_TOKENS = 32
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """A web query and how it was made: `rewritten` (keywords parsed from a reply), `raw` (the
+    question itself: rewriter `none`, or a reply with no keyword), `failed` (the rewriter failed)."""
+
+    query: str
+    how: str
+    reply: str | None = None
+    error: str | None = None
+
+
+def rewrite_prompt(question: str) -> str:
+    return REWRITE_PROMPT.format(question=" ".join(question.split()))
+
+
+def parse_keywords(reply: str) -> list[str]:
+    """At most three keywords from a reply: its first non-empty line, without a leading `query:`,
+    quotes or a trailing period, split at commas (a reply without commas is one keyword phrase)."""
+    for line in reply.splitlines():
+        line = line.strip()
+        if line:
+            break
+    else:
+        return []
+    line = re.sub(r"^(?:query|keywords?)\s*:\s*", "", line, flags=re.IGNORECASE)
+    keywords = []
+    for part in line.split(","):
+        part = part.strip().strip("\"'`*.").strip()
+        if part and part not in keywords:
+            keywords.append(part)
+    return keywords[:MAX_KEYWORDS]
+
+
+def _from_reply(question: str, reply: str) -> Rewrite:
+    keywords = parse_keywords(reply)
+    if not keywords:
+        return Rewrite(question, "raw", reply=reply)
+    return Rewrite(", ".join(keywords), "rewritten", reply=reply)
+
+
+class Rewriter(Protocol):
+    def rewrite(self, questions: Sequence[str]) -> list[Rewrite]: ...
+
+
+class RawRewriter:
+    """No rewriting: the question is the query."""
+
+    def rewrite(self, questions: Sequence[str]) -> list[Rewrite]:
+        return [Rewrite(q, "raw") for q in questions]
+
+
+class LMRewriter:
+    """Table 7's prompt as the user turn of the LM's chat template; one greedy engine call."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+
+    def prompt(self, question: str) -> str:
+        return chat_prompt(self.engine, rewrite_prompt(question))
+
+    def rewrite(self, questions: Sequence[str]) -> list[Rewrite]:
+        if not questions:
+            return []
+        params = GenerationParams(max_new_tokens=REWRITE_TOKENS, return_probs=False)
+        generations = self.engine.generate([self.prompt(q) for q in questions], params)
+        return [_from_reply(q, g.text) for q, g in zip(questions, generations, strict=True)]
+
+
+def chat_prompt(engine: Engine, user: str) -> str:
+    """`user` as the one user turn of the engine's chat template, ready for the assistant's reply; a
+    tokenizer without a template gets the text as it is."""
+    tokenizer = engine.tokenizer
+    if not getattr(tokenizer, "chat_template", None):
+        return user + "\n"
+    return tokenizer.apply_chat_template([{"role": "user", "content": user}], tokenize=False,
+                                         add_generation_prompt=True)
+
+
+class OpenAIRewriter:
+    """Table 7's prompt to an OpenAI-compatible `/chat/completions` (temperature 0), a few requests in
+    flight, each retried by the shared HTTP policy; a failed one falls back to the raw question."""
+
+    def __init__(self, cfg: CorrectiveSettings, *, client: httpx.Client | None = None, concurrency: int = 4):
+        assert cfg.rewriter_url
+        self.url = cfg.rewriter_url.rstrip("/") + "/chat/completions"
+        self.model = cfg.rewriter_model
+        key = os.environ.get(cfg.rewriter_api_key_env)
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self.client = client or httpx.Client(timeout=cfg.rewriter_timeout_s, headers=headers)
+        self.retry = RetryPolicy(2, 0.5)
+        self.concurrency = concurrency
+
+    def _one(self, question: str) -> Rewrite:
+        body = {"model": self.model, "temperature": 0, "max_tokens": REWRITE_TOKENS,
+                "messages": [{"role": "user", "content": rewrite_prompt(question)}]}
+        try:
+            response = self.retry.send(lambda: self.client.post(self.url, json=body), what=self.url)
+            response.raise_for_status()
+            reply = response.json()["choices"][0]["message"]["content"]
+        except (NoResponse, httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
+            logger.warning("query rewriter %s failed: %s; searching with the raw question", self.url, exc)
+            return Rewrite(question, "failed", error=f"{type(exc).__name__}: {exc}")
+        return _from_reply(question, str(reply or ""))
+
+    def rewrite(self, questions: Sequence[str]) -> list[Rewrite]:
+        if not questions:
+            return []
+        with ThreadPoolExecutor(min(self.concurrency, len(questions))) as pool:
+            return list(pool.map(self._one, questions))
+
+
+def make_rewriter(settings: CorrectiveSettings, lm: Engine | None) -> Rewriter:
+    if settings.rewriter == "none":
+        return RawRewriter()
+    if settings.rewriter == "openai":
+        return OpenAIRewriter(settings)
+    if lm is None:
+        raise ValueError("rewriter=lm needs the instruct LM tool")
+    return LMRewriter(lm)

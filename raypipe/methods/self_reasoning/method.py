@@ -1,0 +1,131 @@
+"""The `self_reasoning` method: retrieve the top-K, generate the self-reasoning trajectory in one pass,
+parse it (Self-Reasoning §"Method", Figure 2 bottom; §"Preliminary": y = concat(τ, y*) in a single
+pass).
+
+Per batch of requests: one search call, one engine call. Each result's `text` is the short answer
+(or the analysis, `text: analysis`), its citations the passages the trajectory cites (EAP snippets
+and analysis marks, document numbers mapped back to passage ids), its trace the parsed trajectory.
+
+- All documents irrelevant (RAP says `Relevant: False`): the model answers from internal knowledge
+  in the same pass (§"Relevance-Aware Process"); the result cites nothing and the trace says
+  `internal_knowledge`.
+- A trajectory that does not parse is answered from its tail (`format.answer_tail`), never an
+  exception; the trace carries `parse_error` and the method counts failures by reason
+  (`parse_failures`).
+- Fact verification: the trajectory's SUPPORT / REFUTE (Figure 6) are the eval's true / false; NOT
+  ENOUGH INFO names no option.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from raypipe.config import SelfReasoningSettings, SelfReasoningSweeps
+from raypipe.inference.engines.base import Engine, GenerationParams
+from raypipe.methods.base import Citation, Method, MethodRequest, MethodResult, Tools, Variant
+from raypipe.methods.closed_set import Option, match_option
+from raypipe.methods.self_reasoning.format import (
+    FACT_ANSWERS,
+    VERDICT_OF_ANSWER,
+    Doc,
+    Trajectory,
+    TrajectoryParseError,
+    answer_tail,
+    format_prompt,
+    parse_trajectory,
+)
+from raypipe.methods.self_reasoning.robustness import NoisySearcher
+
+logger = logging.getLogger(__name__)
+
+#: the robustness variants of Figure 3 (`eval.sweeps.self_reasoning.robustness`)
+ROBUSTNESS = {"shuffled": {"doc_order": "shuffled"}, "noise50": {"noise_fraction": 0.5}}
+
+
+def question_of(request: MethodRequest) -> str:
+    """What the trajectory model is asked: the claim or question (`query`) of a closed-set request,
+    else instruction and input, as in the training prompts."""
+    return request.retrieval_text()
+
+
+def _is_verdict(options: tuple[Option, ...]) -> bool:
+    return bool(options) and {o.label for o in options} <= set(VERDICT_OF_ANSWER.values())
+
+
+def option_of(answer: str, options: tuple[Option, ...]) -> str | None:
+    """The option a short answer names: SUPPORT / REFUTE as true / false, else the closed-set matcher."""
+    verdict = VERDICT_OF_ANSWER.get(answer.strip().upper())
+    if verdict is not None and verdict in {o.label for o in options}:
+        return verdict
+    return match_option(answer, options)
+
+
+class SelfReasoning(Method[SelfReasoningSettings]):
+    """Self-Reasoning decoding with the self-reasoning model's engine and a retriever."""
+
+    name = "self_reasoning"
+    settings_type = SelfReasoningSettings
+    tools = ("engine", "retriever")
+
+    def __init__(self, tools: Tools):
+        super().__init__(tools)
+        self.engine: Engine = tools.get("engine", self.name)
+        #: trajectories that did not parse, by reason (answered from their tail)
+        self.parse_failures: Counter[str] = Counter()
+        self.decoded = 0
+
+    def decode(self, requests: Sequence[MethodRequest], settings: SelfReasoningSettings,
+               top_k: int) -> list[MethodResult]:
+        if not requests:
+            return []
+        searcher = self.tools.get("retriever", self.name)
+        if settings.noise_fraction > 0 or settings.doc_order == "shuffled":
+            searcher = NoisySearcher(searcher, settings.noise_fraction, settings.doc_order == "shuffled", settings.seed)
+        found = searcher.search([r.retrieval_text() for r in requests], top_k)
+        docs = [[Doc(p.id, p.title, p.text) for p in hits] for hits in found]
+        prompts = [format_prompt(question_of(r), d) for r, d in zip(requests, docs, strict=True)]
+        params = GenerationParams(max_new_tokens=settings.max_new_tokens, return_probs=False)
+        generations = self.engine.generate(prompts, params)
+        return [self._result(r, d, g.text, g.finish_reason, settings)
+                for r, d, g in zip(requests, docs, generations, strict=True)]
+
+    def _result(self, request: MethodRequest, docs: list[Doc], raw: str, finish: str,
+                settings: SelfReasoningSettings) -> MethodResult:
+        self.decoded += 1
+        trace: dict[str, Any] = {"raw": raw, "finish_reason": finish,
+                                 "documents": [{"n": i, "id": d.id, "title": d.title} for i, d in enumerate(docs, 1)]}
+        answers = FACT_ANSWERS if _is_verdict(request.options) else None
+        trajectory: Trajectory | None = None
+        try:
+            trajectory = parse_trajectory(raw, len(docs), answers)
+        except TrajectoryParseError as exc:
+            self.parse_failures[exc.reason] += 1
+            trace.update(parse_error=str(exc), parse_reason=exc.reason, trajectory=None)
+            logger.debug("trajectory does not parse (%s); answering from its tail", exc)
+        if trajectory is None:
+            answer = answer_tail(raw)
+            text, citations = answer, []
+        else:
+            trace.update(trajectory=trajectory.as_dict(), internal_knowledge=not trajectory.relevant)
+            answer = trajectory.answer
+            text = trajectory.analysis if settings.text == "analysis" else answer
+            cited = trajectory.cited_docs() if trajectory.relevant else []
+            citations = list({docs[n - 1].id: Citation(docs[n - 1].id, docs[n - 1].title) for n in cited}.values())
+        result = MethodResult(text=text, citations=citations, n_retrievals=1, trace=trace)
+        if request.options:
+            result.option = option_of(answer, request.options)
+            result.option_scores = {result.option: 1.0} if result.option else {}
+        return result
+
+    @classmethod
+    def variants(cls, settings: SelfReasoningSettings, sweeps: SelfReasoningSweeps | None = None) -> list[Variant]:
+        """The method itself, then Figure 3's robustness settings (shuffled order, 50% noise)."""
+        sweeps = sweeps or SelfReasoningSweeps()
+        out = [Variant(cls.name, cls.name, "method", cls.name, settings)]
+        for name in sweeps.robustness:
+            out.append(Variant(f"{cls.name}_{name}", cls.name, "robustness", name,
+                               settings.model_copy(update=ROBUSTNESS[name])))
+        return out
