@@ -1,0 +1,312 @@
+"""Real Ray nodes for tests and benchmarks: a head on 127.0.0.1, or a head and workers each in its own
+network namespace (as root), so that cluster traffic crosses a (virtual) network and a node can be
+killed or cut off like a machine.
+
+Every node is a `ray start --block` process: its raylet, GCS and agents are its children, so a node is
+stopped (or killed, as a fault) by the ids of exactly its own processes, never by name, and never with
+`ray stop` (which stops every Ray on the machine). In a namespace, `ip netns pids` lists the node's
+processes as well, including Ray workers the raylet started.
+
+Topology of `NetnsCluster`: namespace `<prefix>0` holds the head and a bridge `br0` (the head's address);
+each worker namespace `<prefix>i` has one veth link `eth0` whose peer is enslaved to that bridge. The
+root namespace gets no interface: drivers and clients run inside the head's namespace
+(`NetnsCluster.popen(0, ...)`), and the addresses are reachable from nowhere else.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+#: Ray's node health checks, shortened so a dead or unreachable node is declared dead in a few seconds
+#: instead of ~30 s; the recovery times measured under them are recorded with these values.
+FAST_FAILURE_DETECTION = {
+    "RAY_health_check_initial_delay_ms": "1000",
+    "RAY_health_check_period_ms": "1000",
+    "RAY_health_check_timeout_ms": "1000",
+    "RAY_health_check_failure_threshold": "3",
+}
+
+
+def base_env(**extra: str) -> dict[str, str]:
+    """The environment for nodes and drivers: this venv first on PATH (so `python` in a job entrypoint
+    is this interpreter), Ray's token auth off (local test clusters), offline model loading."""
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "RAY_AUTH_MODE": "disabled",
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+           "DS_ACCELERATOR": "cpu", "RAY_DEDUP_LOGS": "1", "PYTHONUNBUFFERED": "1",
+           # DeepSpeed's compiled op is cached where the Makefile keeps it, not rebuilt per node
+           "TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR", str(ROOT / ".cache" / "torch_extensions"))}
+    env.pop("RAY_ADDRESS", None)
+    env.update(extra)
+    return env
+
+
+def free_ports(n: int) -> list[int]:
+    """`n` distinct TCP ports free on 127.0.0.1 right now."""
+    socks, ports = [], []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    return ports
+
+
+def netns_unavailable() -> str | None:
+    """Why namespaced nodes cannot run here (a skip reason), or None."""
+    if os.geteuid() != 0:
+        return "network namespaces need root"
+    if shutil.which("ip") is None:
+        return "`ip` (iproute2) is not installed"
+    probe = f"rpprobe{secrets.token_hex(3)}"
+    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    if made.returncode != 0:
+        return f"`ip netns add` fails here: {made.stderr.strip()}"
+    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    return None
+
+
+@dataclass
+class RayNode:
+    """One `ray start --block` process and where it lives."""
+
+    name: str
+    ip: str
+    temp_dir: Path
+    proc: subprocess.Popen
+    netns: str | None = None
+    log: Path | None = None
+
+    def pids(self) -> list[int]:
+        """The node's processes: the `ray start` process, its descendants, and (in a namespace) every
+        process in that namespace."""
+        found: set[int] = set()
+        try:
+            root = psutil.Process(self.proc.pid)
+            found |= {root.pid, *(c.pid for c in root.children(recursive=True))}
+        except psutil.NoSuchProcess:
+            pass
+        if self.netns:
+            out = subprocess.run(["ip", "netns", "pids", self.netns], capture_output=True, text=True).stdout
+            found |= {int(p) for p in out.split()}
+        return sorted(found)
+
+    def processes(self) -> dict[int, str]:
+        """pid -> process title (Ray workers carry their actor's name, e.g. `ray::MapWorker(...)`)."""
+        titles = {}
+        for pid in self.pids():
+            try:
+                titles[pid] = " ".join(psutil.Process(pid).cmdline()) or psutil.Process(pid).name()
+            except psutil.Error:
+                continue
+        return titles
+
+    def kill(self) -> float:
+        """SIGKILL every process of the node at once (a machine dying); returns the time of the kill."""
+        when = time.time()
+        _kill_all(self.pids(), signal.SIGKILL)
+        return when
+
+    def stop(self) -> None:
+        """SIGKILL the node's processes (a graceful `ray stop` of a test node takes ~15 s and leaves
+        nothing that matters: its temp dir is the test's), then reap `ray start`."""
+        _kill_all(self.pids(), signal.SIGKILL)
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=10)
+
+
+def _kill_all(pids: list[int], sig: int) -> None:
+    procs = []
+    for pid in pids:
+        try:
+            p = psutil.Process(pid)
+            p.send_signal(sig)
+            procs.append(p)
+        except psutil.Error:
+            continue
+    psutil.wait_procs(procs, timeout=10)
+
+
+def _launch(argv: list[str], env: dict[str, str], log: Path, netns: str | None) -> subprocess.Popen:
+    cmd = ["ip", "netns", "exec", netns, *argv] if netns else argv
+    return subprocess.Popen(cmd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _wait_started(proc: subprocess.Popen, argv: list[str], log: Path, timeout_s: float) -> subprocess.Popen:
+    """Wait until `ray start --block` says the runtime started (or fail with its log)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        text = log.read_text(errors="replace")
+        if "Ray runtime started" in text:
+            return proc
+        if proc.poll() is not None:
+            raise RuntimeError(f"`{' '.join(argv)}` exited with {proc.returncode}:\n{text[-3000:]}")
+        time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError(f"`{' '.join(argv)}` did not start within {timeout_s:.0f} s:\n{log.read_text()[-3000:]}")
+
+
+def start_local_head(work: Path, num_cpus: int = 2, timeout_s: float = 120, **env_extra: str) -> tuple[RayNode, str]:
+    """A head on 127.0.0.1 with its own temp dir and free ports (so it never meets another Ray on this
+    machine); returns the node and the dashboard address for `ray job submit --address`."""
+    gcs, dash, agent, client, mgr, obj, metrics, rte, agent_grpc = free_ports(9)
+    workers_from = free_ports(1)[0]
+    temp = work / "ray"
+    temp.mkdir(parents=True, exist_ok=True)
+    argv = [str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={gcs}",
+            f"--num-cpus={num_cpus}", "--num-gpus=0", f"--temp-dir={temp}", "--include-dashboard=true",
+            "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}", f"--dashboard-agent-listen-port={agent}",
+            f"--dashboard-agent-grpc-port={agent_grpc}", f"--ray-client-server-port={client}",
+            f"--node-manager-port={mgr}", f"--object-manager-port={obj}", f"--metrics-export-port={metrics}",
+            f"--runtime-env-agent-port={rte}", f"--min-worker-port={workers_from}",
+            f"--max-worker-port={min(workers_from + 200, 65000)}", "--disable-usage-stats"]
+    log = work / "head.log"
+    proc = _wait_started(_launch(argv, base_env(**env_extra), log, None), argv, log, timeout_s)
+    return RayNode("head", "127.0.0.1", temp, proc, log=work / "head.log"), f"http://127.0.0.1:{dash}"
+
+
+@dataclass
+class NetnsCluster:
+    """A head and `workers` worker nodes, each in its own network namespace on one bridge."""
+
+    work: Path
+    workers: int = 2
+    head_cpus: int = 1
+    worker_cpus: int = 1
+    subnet: str = "10.231.0"
+    env: dict[str, str] = field(default_factory=lambda: dict(FAST_FAILURE_DETECTION))
+    prefix: str = field(default_factory=lambda: f"rp{secrets.token_hex(3)}")
+    nodes: dict[int, RayNode] = field(default_factory=dict)
+    gcs_port: int = 6379
+
+    # -- network ---------------------------------------------------------------------------------
+    def ns(self, i: int) -> str:
+        return f"{self.prefix}{i}"
+
+    def ip(self, i: int) -> str:
+        return f"{self.subnet}.{i + 1}"
+
+    @property
+    def address(self) -> str:
+        return f"{self.ip(0)}:{self.gcs_port}"
+
+    def _ip(self, *args: str) -> None:
+        proc = subprocess.run(["ip", *args], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"`ip {' '.join(args)}` failed: {proc.stderr.strip()}")
+
+    def create_network(self) -> None:
+        head = self.ns(0)
+        self._ip("netns", "add", head)
+        self._ip("-n", head, "link", "set", "lo", "up")
+        self._ip("-n", head, "link", "add", "br0", "type", "bridge")
+        self._ip("-n", head, "addr", "add", f"{self.ip(0)}/24", "dev", "br0")
+        self._ip("-n", head, "link", "set", "br0", "up")
+        for i in range(1, self.workers + 1):
+            self._add_worker_ns(i)
+
+    def _add_worker_ns(self, i: int) -> None:
+        ns, head = self.ns(i), self.ns(0)
+        self._ip("netns", "add", ns)
+        self._ip("-n", ns, "link", "set", "lo", "up")
+        self._ip("-n", head, "link", "add", f"w{i}", "type", "veth", "peer", "name", "eth0", "netns", ns)
+        self._ip("-n", head, "link", "set", f"w{i}", "master", "br0")
+        self._ip("-n", head, "link", "set", f"w{i}", "up")
+        self._ip("-n", ns, "addr", "add", f"{self.ip(i)}/24", "dev", "eth0")
+        self._ip("-n", ns, "link", "set", "eth0", "up")
+
+    def cut(self, i: int) -> float:
+        """Take worker `i`'s link down (a network partition; its processes keep running)."""
+        when = time.time()
+        self._ip("-n", self.ns(i), "link", "set", "eth0", "down")
+        return when
+
+    def reconnect(self, i: int) -> None:
+        self._ip("-n", self.ns(i), "link", "set", "eth0", "up")
+
+    # -- Ray nodes -------------------------------------------------------------------------------
+    def start_node(self, i: int, timeout_s: float = 120) -> RayNode:
+        return self.start_nodes([i], timeout_s)[0]
+
+    def start_nodes(self, indices: list[int], timeout_s: float = 120) -> list[RayNode]:
+        """Start these nodes at once (worker starts overlap) and wait for each."""
+        launched = [(i, *self._launch_node(i)) for i in indices]
+        for i, proc, argv, log in launched:
+            _wait_started(proc, argv, log, timeout_s)
+            self.nodes[i] = RayNode(f"node{i}", self.ip(i), self.work / f"n{i}", proc, netns=self.ns(i), log=log)
+        return [self.nodes[i] for i in indices]
+
+    def _launch_node(self, i: int) -> tuple[subprocess.Popen, list[str], Path]:
+        temp = self.work / f"n{i}"
+        temp.mkdir(parents=True, exist_ok=True)
+        common = ["--block", f"--node-ip-address={self.ip(i)}", f"--temp-dir={temp}", "--num-gpus=0",
+                  "--disable-usage-stats"]
+        if i == 0:
+            argv = [str(BIN / "ray"), "start", "--head", f"--port={self.gcs_port}", f"--num-cpus={self.head_cpus}",
+                    "--include-dashboard=false", *common]
+        else:
+            argv = [str(BIN / "ray"), "start", f"--address={self.address}", f"--num-cpus={self.worker_cpus}",
+                    *common]
+        log = self.work / f"node{i}.log"
+        return _launch(argv, base_env(**self.env), log, self.ns(i)), argv, log
+
+    def start(self) -> NetnsCluster:
+        self.work.mkdir(parents=True, exist_ok=True)
+        try:
+            self.create_network()
+            self.start_node(0)
+            self.start_nodes(list(range(1, self.workers + 1)))
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def restart_worker(self, i: int) -> RayNode:
+        """A fresh node in worker `i`'s namespace, after a kill or a cut (old processes are killed)."""
+        old = self.nodes.pop(i, None)
+        if old is not None:
+            old.stop()
+        self.reconnect(i)
+        return self.start_node(i)
+
+    def popen(self, i: int, argv: list[str], log: Path, **env_extra: str) -> subprocess.Popen:
+        """Run `argv` inside node `i`'s namespace as a driver of this cluster (RAY_ADDRESS set)."""
+        env = base_env(RAY_ADDRESS=self.address, **self.env, **env_extra)
+        return subprocess.Popen(["ip", "netns", "exec", self.ns(i), *argv], env=env, cwd=ROOT,
+                                stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+
+    def close(self) -> None:
+        """Stop every node, kill whatever still runs in the namespaces, delete them."""
+        for node in list(self.nodes.values()):
+            node.stop()
+        self.nodes.clear()
+        names = set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
+        for i in range(self.workers + 1):
+            ns = self.ns(i)
+            if ns not in names:
+                continue
+            out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout
+            _kill_all([int(p) for p in out.split()], signal.SIGKILL)
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+    def __enter__(self) -> NetnsCluster:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
