@@ -84,8 +84,17 @@ def parse_keywords(reply: str) -> list[str]:
     return keywords[:MAX_KEYWORDS]
 
 
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"\w+", text.lower()))
+
+
 def _from_reply(question: str, reply: str) -> Rewrite:
+    """A reply none of whose keywords shares a word with the question is not a query for it (our
+    guard: a small LM tends to answer one of the prompt's examples instead, e.g. "The religion of
+    John Gwynn is Christianity"); the raw question is searched then."""
     keywords = parse_keywords(reply)
+    if not any(_words(k) & _words(question) for k in keywords):
+        keywords = []
     if not keywords:
         return Rewrite(question, "raw", reply=reply)
     return Rewrite(", ".join(keywords), "rewritten", reply=reply)

@@ -1,0 +1,348 @@
+"""CRAG's pieces with tiny fakes: the action trigger at its thresholds, strips (filter before top-k,
+original order), the rewriter's parse, web selection and failure, and the `crag`/`rag` methods in
+lock step (one evaluator call per stage, one rewrite call, one web call for the whole batch)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import pytest
+
+from raypipe.config import CRAGSettings, CRAGSweeps, RAGSettings, SelfCRAGSettings, load_config
+from raypipe.errors import ConfigError, DataError
+from raypipe.inference.engines.base import Engine, Generation, GenerationParams
+from raypipe.methods import get_method
+from raypipe.methods.base import MethodRequest, Tools
+from raypipe.methods.closed_set import verdict_options
+from raypipe.methods.crag.knowledge import Corrector
+from raypipe.methods.crag.methods import CRAG, RAG
+from raypipe.methods.crag.rewrite import LMRewriter, RawRewriter, parse_keywords, rewrite_prompt
+from raypipe.methods.crag.strips import Strip, decompose, recompose, select
+from raypipe.methods.crag.trigger import Action, trigger
+from raypipe.methods.crag.web import prefer, search_web
+from raypipe.retrieval.backends import SearchBackendError
+from raypipe.retrieval.types import Hit
+
+U, L = 0.59, -0.99
+
+
+# --- trigger (CRAG §4.3) -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("scores", "action"), [
+    ([0.59, -1.0], Action.CORRECT),          # exactly the upper threshold is Correct
+    ([0.5899, 0.3], Action.AMBIGUOUS),       # just under it is not
+    ([-0.99, -1.0], Action.AMBIGUOUS),       # one document exactly at lower: not all below it
+    ([-0.9901, -1.0], Action.INCORRECT),     # every document below lower
+    ([-1.0, 0.95], Action.CORRECT),          # any one document over upper suffices
+    ([], Action.INCORRECT),                  # no document retrieved
+])
+def test_trigger_around_both_thresholds(scores, action):
+    assert trigger(scores, U, L) is action
+
+
+def test_trigger_ablations_merge_into_ambiguous_or_force_an_action():
+    assert trigger([0.9], U, L, "no_correct") is Action.AMBIGUOUS
+    assert trigger([-1.0], U, L, "no_incorrect") is Action.AMBIGUOUS
+    assert trigger([0.0], U, L, "no_incorrect") is Action.AMBIGUOUS
+    assert trigger([0.0], U, L, "no_ambiguous") is Action.INCORRECT
+    assert trigger([0.6], U, L, "no_ambiguous") is Action.CORRECT
+    assert trigger([-1.0], U, L, "only_correct") is Action.CORRECT
+    assert trigger([0.9], U, L, "only_incorrect") is Action.INCORRECT
+    assert trigger([0.9], U, L, "only_ambiguous") is Action.AMBIGUOUS
+
+
+def test_thresholds_must_be_ordered():
+    with pytest.raises(ConfigError, match="lower"):
+        load_config(None, ["methods.crag.upper=-0.5", "methods.crag.lower=0.2"])
+
+
+# --- strips (CRAG §4.4) --------------------------------------------------------------------------
+
+
+def test_short_documents_are_one_strip_long_ones_are_cut_by_length():
+    assert decompose(["One sentence.", "Two sentences."], 5) == ["One sentence. Two sentences."]
+    sents = ["a b c d.", "e f g h.", "i j k l.", "m n o p."]  # 16 words
+    assert decompose(sents, 8) == ["a b c d. e f g h.", "i j k l. m n o p."]
+    assert decompose(sents, 100) == [" ".join(sents)]
+    assert decompose(sents, 1) == sents  # never below one sentence per strip
+
+
+def _strips(n: int) -> list[Strip]:
+    return [Strip(doc=i // 2, pos=i % 2, text=f"s{i}", title="", passage_id=f"p{i // 2}", source="internal")
+            for i in range(n)]
+
+
+def test_filter_applies_before_top_k_and_order_is_restored():
+    strips = _strips(6)
+    scores = [0.1, 0.9, -0.6, 0.5, -0.49, 0.7]
+    kept = select(strips, scores, threshold=-0.5, top_k=3)
+    # filter drops s2 (-0.6); top 3 of the rest by score: s1, s5, s3; back in document order
+    assert [s.text for s, _ in kept] == ["s1", "s3", "s5"]
+    assert recompose(kept) == "s1\ns3\ns5"
+    # a filter that leaves fewer than k keeps them all (top-k does not refill from filtered strips)
+    kept = select(strips, [-0.9, 0.2, -0.8, -0.7, -0.6, 0.1], threshold=-0.5, top_k=3)
+    assert [s.text for s, _ in kept] == ["s1", "s5"]
+    assert [s.text for s, _ in select(strips, scores, None, None)] == [f"s{i}" for i in range(6)]
+
+
+# --- rewriter (App. A Table 7) -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("reply", "keywords"), [
+    ("Henry Feilden, occupation", ["Henry Feilden", "occupation"]),
+    (" query: city, Billy Carlson, born\nquestion: more", ["city", "Billy Carlson", "born"]),
+    ('"religion of John Gwynn".', ["religion of John Gwynn"]),
+    ("a, b, c, d, e", ["a", "b", "c"]),
+    ("Query: x, x, y", ["x", "y"]),
+    ("\n\n  \n", []),
+    ("query:", []),
+])
+def test_parse_keywords(reply, keywords):
+    assert parse_keywords(reply) == keywords
+
+
+def test_rewrite_prompt_is_table_7_with_the_question():
+    prompt = rewrite_prompt("Where did  Ada Lind\nwork?")
+    assert prompt.startswith("Extract at most three keywords separated by comma")
+    assert prompt.endswith("question: Where did Ada Lind work?\nquery:")
+    assert "query: city, Billy Carlson, born" in prompt
+
+
+# --- fakes ---------------------------------------------------------------------------------------
+
+
+class FakeTokenizer:
+    chat_template = None
+
+
+@dataclass
+class FakeEngine(Engine):
+    """Replies `reply(prompt)`; records every call."""
+
+    reply: object = None
+    calls: list[list[str]] = field(default_factory=list)
+    tokenizer: object = field(default_factory=FakeTokenizer)
+
+    def generate(self, prompts, params: GenerationParams):
+        self.calls.append(list(prompts))
+        return [Generation(self.reply(p), [1], [0.0], "eos") for p in prompts]
+
+    def next_token_probs(self, prompts, tokens):
+        raise AssertionError("not used")
+
+
+@dataclass
+class FakeEvaluator:
+    """+0.9 for a document naming the question's subject and the relation word, -1 otherwise."""
+
+    calls: list[int] = field(default_factory=list)
+
+    def score(self, pairs):
+        self.calls.append(len(pairs))
+        out = []
+        for q, d in pairs:
+            subject, relation = q.split("|")
+            out.append(0.9 if subject in d and relation in d else (0.0 if subject in d else -1.0))
+        return out
+
+
+@dataclass
+class FakeSearcher:
+    results: dict
+    calls: list[list[str]] = field(default_factory=list)
+    fail: Exception | None = None
+
+    def search(self, queries, k):
+        self.calls.append(list(queries))
+        if self.fail is not None:
+            raise self.fail
+        return [self.results.get(q, [])[:k] for q in queries]
+
+
+def hit(pid: str, title: str, text: str) -> Hit:
+    return Hit(pid, title, text, 1.0)
+
+
+DOCS = {
+    # Correct: a document naming Ada and "worked"
+    "Ada|worked": [hit("p1", "Ada", "Ada was born in Orr. Ada worked at the Mill."), hit("p2", "Bob", "Bob swam.")],
+    # Incorrect: nothing about Cy
+    "Cy|worked": [hit("p3", "Bob", "Bob swam."), hit("p4", "Dee", "Dee sang.")],
+    # Ambiguous: about Eve, not the relation
+    "Eve|worked": [hit("p5", "Eve", "Eve was born in Orr.")],
+}
+WEB = {"kw Cy": [hit("w1", "Cy", "Cy worked at the Forge."), hit("https://en.wikipedia.org/Cy", "Cy", "Cy lived.")],
+       "kw Eve": [hit("w2", "Eve", "Eve worked at the Dock.")]}
+
+
+def tools(web_fail: Exception | None = None) -> tuple[Tools, FakeEvaluator, FakeSearcher, FakeEngine, FakeEngine]:
+    evaluator = FakeEvaluator()
+    web = FakeSearcher(WEB, fail=web_fail)
+    lm = FakeEngine(lambda p: f"kw {p.split('question: ')[-1].split('|')[0]}" if "keywords" in p else "answer")
+    engine = FakeEngine(lambda p: "[Retrieval]engine answer")
+    return (Tools(engine=engine, retriever=FakeSearcher(DOCS), web=web, evaluator=evaluator, lm=lm),
+            evaluator, web, lm, engine)
+
+
+def requests() -> list[MethodRequest]:
+    return [MethodRequest(q) for q in ("Ada|worked", "Cy|worked", "Eve|worked")]
+
+
+# --- the corrective step and the methods ---------------------------------------------------------
+
+
+def test_crag_batch_runs_in_lock_step_with_the_three_actions():
+    t, evaluator, web, lm, _ = tools()
+    results = CRAG(t).decode(requests(), CRAGSettings(), top_k=5)
+    # one evaluator call for the 5 documents, one for the strips read and the web paragraphs
+    assert evaluator.calls[0] == 5 and len(evaluator.calls) == 2
+    assert len(web.calls) == 1 and web.calls[0] == ["kw Cy", "kw Eve"]
+    rewrites, answers = lm.calls  # one rewrite call (Incorrect + Ambiguous), one generation call
+    assert len(rewrites) == 2 and len(answers) == 3
+    ada, cy, eve = (r.trace["crag"] for r in results)
+    assert (ada["action"], cy["action"], eve["action"]) == ("correct", "incorrect", "ambiguous")
+    assert ada["used"] == "internal" and cy["used"] == "external" and eve["used"] == "both"
+    # Correct: the strip about Ada's work kept, Bob's filtered out (-1.0 < -0.5)
+    assert [s["text"] for s in ada["internal_strips"]] == ["Ada was born in Orr. Ada worked at the Mill."]
+    assert results[0].trace["knowledge"] == "Ada was born in Orr. Ada worked at the Mill."
+    # Incorrect: documents discarded, web results read; the wikipedia page is moved first
+    assert [s["passage_id"] for s in cy["external_strips"]] == ["https://en.wikipedia.org/Cy", "w1"]
+    assert cy["web_query"] == "kw Cy" and cy["internal_strips"] == []
+    # Ambiguous: internal then external
+    assert results[2].trace["knowledge"] == "Eve was born in Orr.\nEve worked at the Dock."
+    assert [c.passage_id for c in results[2].citations] == ["p5", "w2"]
+    assert all(r.text == "answer" and r.n_retrievals == 1 for r in results)
+    assert "Knowledge:\nAda was born in Orr." in answers[0]
+
+
+def test_web_failure_degrades_to_internal_knowledge_with_the_failure_in_the_trace():
+    t, *_ = tools(web_fail=SearchBackendError("http://search: gave up after 4 attempts: timeout"))
+    results = CRAG(t).decode(requests(), CRAGSettings(), top_k=5)
+    cy, eve = results[1].trace["crag"], results[2].trace["crag"]
+    assert cy["action"] == "incorrect" and cy["used"] == "internal"
+    assert cy["web_error"].startswith("web search failed: http://search: gave up")
+    assert eve["used"] == "internal" and eve["web_error"]
+    assert results[2].trace["knowledge"] == "Eve was born in Orr."
+    assert all(r.text == "answer" for r in results)
+
+
+def test_malformed_response_rejects_only_its_query():
+    class Picky(FakeSearcher):
+        def search(self, queries, k):
+            self.calls.append(list(queries))
+            if "kw Cy" in queries:
+                raise DataError("search result 1 has no 'snippet'", file="http://search", field="snippet")
+            return [WEB.get(q, [])[:k] for q in queries]
+
+    found = search_web(Picky({}), ["kw Cy", "kw Eve"], 10, 5, ["wikipedia.org"])
+    assert found[0].error.startswith("malformed search response:") and found[0].results == []
+    assert found[1].error is None and [p.id for p in found[1].results] == ["w2"]
+
+
+def test_prefer_moves_authoritative_sources_first_and_keeps_k():
+    hits = [hit("a", "x", ""), hit("https://en.wikipedia.org/b", "y", ""), hit("c", "Wiki z", "")]
+    assert [h.id for h in prefer(hits, ["wikipedia.org"], 2)] == ["https://en.wikipedia.org/b", "a"]
+
+
+def test_ablations_without_refinement_rewriting_and_selection():
+    t, evaluator, web, lm, _ = tools()
+    settings = CRAGSettings(refine=False, rewriter="none", web_select=False)
+    results = CRAG(t).decode(requests(), settings, top_k=5)
+    assert web.calls[0] == ["Cy|worked", "Eve|worked"]  # raw questions
+    assert len(lm.calls) == 1  # the generation only
+    assert len(evaluator.calls) == 1  # nothing but the documents is scored
+    ada = results[0].trace["crag"]
+    assert [s["passage_id"] for s in ada["internal_strips"]] == ["p1", "p2"]  # whole documents, unfiltered
+    assert ada["internal_strips"][0]["score"] is None
+
+
+def test_no_document_is_incorrect_and_web_off_reads_nothing():
+    t, *_ = tools()
+    corrector = Corrector(t.evaluator, None, RawRewriter(), CRAGSettings(web=False))
+    [k] = corrector.run([MethodRequest("Zed|worked")], [[]])
+    assert k.action is Action.INCORRECT and k.text == "" and k.used == "none"
+
+
+def test_rag_reads_raw_passages_and_engine_generator_uses_the_selfrag_format():
+    t, _, _, lm, engine = tools()
+    [r] = RAG(t).decode([MethodRequest("Cy|worked")], RAGSettings(), top_k=5)
+    assert "Bob\nBob swam.\nDee\nDee sang." in lm.calls[0][0] and r.text == "answer"
+    [r] = RAG(t).decode([MethodRequest("Cy|worked")], RAGSettings(generator="engine"), top_k=5)
+    assert engine.calls[0][0].startswith("### Instruction:\nCy|worked\n\n### Response:\n[Retrieval]<paragraph>")
+    assert r.text == "engine answer"  # reflection tokens removed
+
+
+def test_closed_set_answers_map_to_an_option():
+    t, *_ = tools()
+    t.lm = FakeEngine(lambda p: "kw x" if "keywords" in p else "False, it is not.")
+    [r] = CRAG(t).decode([MethodRequest("Ada|worked", options=verdict_options())], CRAGSettings(), top_k=5)
+    assert r.option == "false"
+
+
+def test_tools_used_follow_the_settings_and_the_registry_knows_the_methods():
+    assert CRAG.uses(CRAGSettings()) == {"retriever", "evaluator", "web", "lm"}
+    assert CRAG.uses(CRAGSettings(web=False, generator="engine")) == {"retriever", "evaluator", "engine"}
+    assert CRAG.uses(CRAGSettings(rewriter="none")) == {"retriever", "evaluator", "web", "lm"}
+    assert get_method("selfcrag").uses(SelfCRAGSettings(mode="never")) == {"engine"}
+    assert get_method("rag") is RAG
+    names = [v.name for v in CRAG.variants(CRAGSettings(), CRAGSweeps(ablations=["no_correct", "no_rewriting"]))]
+    assert names == ["crag", "crag_no_correct", "crag_no_rewriting"]
+
+
+def test_missing_tool_is_a_clear_error():
+    with pytest.raises(ConfigError, match="needs a evaluator"):
+        CRAG(Tools(retriever=FakeSearcher(DOCS), web=FakeSearcher(WEB), lm=FakeEngine(lambda p: ""))).decode(
+            requests(), CRAGSettings(), 5)
+
+
+def test_lm_rewriter_uses_one_call_and_falls_back_to_the_raw_question():
+    lm = FakeEngine(lambda p: "" if "Cy" in p else "Ada, employer")
+    rw = LMRewriter(lm).rewrite(["Where did Ada work?", "Cy?"])
+    assert len(lm.calls) == 1
+    assert (rw[0].query, rw[0].how) == ("Ada, employer", "rewritten")
+    assert (rw[1].query, rw[1].how) == ("Cy?", "raw")
+    # a reply about one of the prompt's examples, not the question, is not a query
+    lm = FakeEngine(lambda p: "The religion of John Gwynn is Christianity.")
+    [rw] = LMRewriter(lm).rewrite(["Where did Ada Lind work?"])
+    assert (rw.query, rw.how) == ("Where did Ada Lind work?", "raw")
+    assert math.isclose(0.59, CRAGSettings().upper)
+
+
+# --- Self-CRAG (App. B.3) ------------------------------------------------------------------------
+
+
+class RecordingEngine(Engine):
+    """A real engine whose prompts are recorded."""
+
+    def __init__(self, engine: Engine):
+        self.engine, self.tokenizer, self.prompts = engine, engine.tokenizer, []
+
+    def generate(self, prompts, params):
+        self.prompts.extend(prompts)
+        return self.engine.generate(prompts, params)
+
+    def next_token_probs(self, prompts, tokens):
+        return self.engine.next_token_probs(prompts, tokens)
+
+
+def test_selfcrag_reads_crag_knowledge_instead_of_the_retrieved_passages(tiny_model_dir):
+    from raypipe.inference.engines.hf import HFEngine
+    from raypipe.methods.crag.selfcrag import SelfCRAG
+
+    t, evaluator, web, lm, _ = tools()
+    engine = RecordingEngine(HFEngine(tiny_model_dir, batch_size=8, device="cpu"))
+    t.engine = engine
+    settings = SelfCRAGSettings(mode="always", max_depth=2, max_new_tokens=6, beam_width=1)
+    results = SelfCRAG(t).decode(requests(), settings, top_k=5)
+    # one corrective pass for the batch: documents, then strips + web paragraphs; one web call
+    assert len(evaluator.calls) == 2 and len(web.calls) == 1
+    paragraphs = [p for p in engine.prompts if "<paragraph>" in p]
+    assert any("Ada was born in Orr. Ada worked at the Mill.</paragraph>" in p for p in paragraphs)
+    assert any("Eve was born in Orr.\nEve worked at the Dock.</paragraph>" in p for p in paragraphs)
+    assert not any("Bob swam." in p for p in paragraphs)  # the discarded documents are never read
+    actions = [r.trace["crag"]["action"] for r in results]
+    assert actions == ["correct", "incorrect", "ambiguous"]
+    # K = 5 documents, but Self-CRAG reads one passage (the processed knowledge) per retrieval
+    assert all(len({s["citation"]["passage_id"] for s in r.trace["segments"] if s["citation"]}) <= 1 for r in results)

@@ -1,0 +1,89 @@
+"""The retrieval evaluator's data from the world's ground truth (CRAG §4.2, App. B.3), its held-out
+report and its startup check."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from raypipe.config import EvaluatorConfig, EvaluatorTrainConfig, WorldConfig
+from raypipe.data.world_entities import World
+from raypipe.errors import ModelError
+from raypipe.methods.crag.evaluator import load_evaluator
+from raypipe.methods.crag.evaluator_data import build_pairs, heldout_entity, passage_by_id, write_pairs
+from raypipe.methods.crag.evaluator_train import confusion, steps_per_epoch
+from raypipe.retrieval.types import Hit
+
+
+def _world(world_dir) -> tuple[WorldConfig, World]:
+    cfg = WorldConfig(out_dir=str(world_dir), instances=400, seed=7, eval_instances=40, shard_size=150)
+    return cfg, World(cfg)
+
+
+class TitleSearcher:
+    """Stands in for the dense retriever: every passage whose title shares a word with the query,
+    then the first passages of the corpus."""
+
+    def __init__(self, world: World):
+        self.passages = [passage_by_id(world, f"p{i:07d}") for i in range(world.n_passages)]
+
+    def search(self, queries, k):
+        out = []
+        for q in queries:
+            words = set(q.replace("?", "").split())
+            ranked = sorted(range(len(self.passages)), key=lambda i: -len(words & set(self.passages[i][0].split())))
+            out.append([Hit(f"p{i:07d}", *self.passages[i], 1.0) for i in ranked[:k]])
+        return out
+
+
+def test_pairs_label_answer_passages_positive_and_retrieved_or_lookalike_negative(world_dir):
+    _, world = _world(world_dir)
+    cfg = EvaluatorTrainConfig(questions=60, negatives=3, retrieve_k=8)
+    pairs = list(build_pairs(world, TitleSearcher(world), cfg))
+    heldout = {world.person(i).entity_id for i in world.heldout_people()}
+    assert not any(p.entity_id in heldout for p in pairs)  # training-side questions only
+    kinds = Counter(p.kind for p in pairs)
+    assert kinds["positive"] >= 60 and kinds["retrieved"] > 0 and kinds["lookalike"] > 0
+    for p in pairs:
+        title, text = passage_by_id(world, p.passage_id)
+        assert (p.title, p.text) == (title, text)
+        assert (p.label > 0) == (p.kind == "positive")
+    # a look-alike negative is the near-namesake's passage: same first name, surname + "e"
+    look = next(p for p in pairs if p.kind == "lookalike")
+    assert look.title.split()[0] in look.query and look.title not in look.query
+    # negatives never hold the answer: no negative is among the question's positives
+    positives = {(p.query, p.passage_id) for p in pairs if p.label > 0}
+    assert not any((p.query, p.passage_id) in positives for p in pairs if p.label < 0)
+
+
+def test_split_is_by_entity_and_written_with_stats(world_dir, tmp_path):
+    wcfg, world = _world(world_dir)
+    cfg = EvaluatorTrainConfig(questions=80, data_dir=str(tmp_path), heldout_fraction=0.3)
+    stats = write_pairs(wcfg, TitleSearcher(world), cfg)
+    import pyarrow.parquet as pq
+
+    train = pq.read_table(tmp_path / "train.parquet").to_pylist()
+    held = pq.read_table(tmp_path / "heldout.parquet").to_pylist()
+    assert {r["entity_id"] for r in train}.isdisjoint({r["entity_id"] for r in held})
+    assert all(heldout_entity(r["entity_id"], 0.3) for r in held)
+    assert stats["train"]["pairs"] == len(train) and stats["heldout"]["pairs"] == len(held) > 0
+
+
+def test_confusion_matrix_and_accuracy():
+    out = confusion([0.9, -0.2, 0.1, -0.8, 0.0], [1, 1, -1, -1, -1])
+    assert out["confusion"] == {"relevant": {"relevant": 1, "irrelevant": 1},
+                                "irrelevant": {"relevant": 1, "irrelevant": 2}}
+    assert out["accuracy"] == pytest.approx(3 / 5)
+
+
+def test_steps_per_epoch():
+    assert steps_per_epoch(100, 1, 32) == 4
+    assert steps_per_epoch(100, 2, 32) == 2
+    assert steps_per_epoch(0, 1, 8) == 1
+
+
+def test_missing_evaluator_checkpoint_is_a_startup_error_naming_the_path(tmp_path):
+    where = tmp_path / "no_evaluator"
+    with pytest.raises(ModelError, match=str(where)):
+        load_evaluator(EvaluatorConfig(path=str(where)))
