@@ -58,9 +58,12 @@ def _show_retrievals(cfg: RaypipeConfig) -> dict[str, Any]:
 def _show_agreement(cfg: RaypipeConfig) -> dict[str, Any]:
     from raypipe.critic.agreement import agreement_report
 
-    report = agreement_report(cfg.training.critic.out_dir, cfg.label.out_dir,
-                              out_path=Path(cfg.training.critic.out_dir) / "agreement.json")
-    return {"dev examples": report["n"], "accuracy": report["accuracy"]}
+    out_path = Path(cfg.training.critic.out_dir) / "agreement.json"
+    # the per-aspect confusion matrices (~50 lines) stay in agreement.json
+    report = agreement_report(cfg.training.critic.out_dir, cfg.label.out_dir, out_path=out_path, show=False)
+    return {"dev examples": report["n"], "accuracy": f"{100 * report['accuracy']:.1f}%",
+            "by aspect": {a: f"{100 * r['accuracy']:.1f}%" for a, r in report["aspects"].items()},
+            "confusion matrices": str(out_path)}
 
 
 def _show_augmented(cfg: RaypipeConfig) -> dict[str, Any]:
@@ -79,7 +82,7 @@ def _show_augmented(cfg: RaypipeConfig) -> dict[str, Any]:
 def _show_eval(cfg: RaypipeConfig) -> dict[str, Any]:
     from raypipe.eval.report import print_report
 
-    print_report(cfg.eval.out_dir, n=2)
+    print_report(cfg.eval.out_dir, n=1)  # one answer per eval set; all are in predictions/
     return {}
 
 
@@ -180,6 +183,16 @@ def _fold(value: Any) -> str:
     return str(value)
 
 
+def _import_lm(cfg: RaypipeConfig) -> dict[str, Any]:
+    """The pretrained LM import (`raypipe models import`), when a model of this run starts from it."""
+    from raypipe.models.importer import run_import_model
+
+    target = Path(cfg.lm_import.out_dir).resolve()
+    if all(Path(tc.base_model).resolve() != target for tc in (cfg.training.critic, cfg.training.generator)):
+        return {"skipped": f"no model of this run starts from {cfg.lm_import.out_dir}"}
+    return run_import_model(cfg)
+
+
 def stages() -> list[tuple[str, Stage]]:
     from raypipe.augment.pipeline import run_augment
     from raypipe.critic.dataset import run_label
@@ -192,6 +205,7 @@ def stages() -> list[tuple[str, Stage]]:
     return [
         ("synthetic world", run_synth),
         ("tiny base model", run_build_models),
+        ("pretrained LM import (SmolLM2)", _import_lm),
         ("passage index", run_build_index),
         ("web index (CRAG fallback)", _web_index),
         ("retrieval examples", _show_retrievals),
@@ -213,7 +227,7 @@ def run_demo(cfg: RaypipeConfig) -> dict[str, Any]:
 
     ensure_ray(cfg.ray)  # logs the folder of Ray's worker logs
     logs = ray_logs_dir()
-    times: dict[str, str] = {}
+    times: dict[str, float] = {}
     total = time.perf_counter()
     for name, stage in stages():
         start = time.perf_counter()
@@ -221,6 +235,8 @@ def run_demo(cfg: RaypipeConfig) -> dict[str, Any]:
         stats = stage(cfg)
         if stats:
             console.print(stage_table(f"{name}:", stats))
-        times[name] = f"{time.perf_counter() - start:.1f} s"
-    times["total"] = f"{time.perf_counter() - total:.1f} s"
-    return {"stage times": times, **({"ray logs": logs} if logs and not cfg.ray.log_to_driver else {})}
+        times[name] = round(time.perf_counter() - start, 1)
+    console.rule("[bold]demo: done")
+    console.print(stage_table("stage times (s):", {"stages": times}))
+    return {"total": f"{time.perf_counter() - total:.1f} s",
+            **({"ray logs": logs} if logs and not cfg.ray.log_to_driver else {})}

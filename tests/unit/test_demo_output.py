@@ -1,0 +1,51 @@
+"""The demo's terminal output: compact stage tables and a training step counter read from the metrics log."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from rich.console import Console
+
+from raypipe.demo import _last_record, stage_table
+
+#: the shape of `raypipe label`'s stats: three levels deep, 85 rows when flattened one per leaf
+LABEL_STATS = {
+    "out_dir": "runs/demo/critic_data", "teacher": "oracle", "train": 2249, "dev": 251,
+    "aspects": {a: {"requested": 500, "sampled": 500, "labeled": 500, "discarded": 0, "failed": 0, "train": 450,
+                    "dev": 50, "labels": {"[Relevant]": 167, "[Irrelevant]": 333},
+                    "evidence": {"ground_truth": 161, "random": 278}}
+                for a in ("retrieve_input", "retrieve", "is_rel", "is_sup", "is_use")},
+    "sampling_rejects": {},
+    "instances_read": {"path": "runs/demo/world/instances", "n_ok": 3000, "n_rejected": 0, "rejects": {},
+                       "rejects_path": None},
+    "seconds": 0.65,
+}
+
+
+def _render(stats) -> list[str]:
+    console = Console(width=120, record=True)
+    console.print(stage_table("critic data set:", stats))
+    return console.export_text().splitlines()
+
+
+def test_stage_table_folds_nested_stats_into_one_row_per_key():
+    lines = _render(LABEL_STATS)
+    text = "\n".join(lines)
+    assert len(lines) <= 20  # was 85 rows plus borders
+    # every leaf is still there, nested under its key; empty values are left out
+    assert "aspects.is_sup" in text and "{[Relevant]=167, [Irrelevant]=333}" in text
+    assert "sampling_rejects" not in text and "rejects_path" not in text
+    keys = [line.split()[0] for line in lines[1:] if line.strip() and not line.startswith("  ")]
+    assert keys == ["out_dir", "teacher", "train", "dev", *(f"aspects.{a}" for a in LABEL_STATS["aspects"]),
+                    "instances_read", "seconds"]
+
+
+def test_last_record_reads_the_newest_complete_line(tmp_path):
+    started = time.time() - 1
+    assert _last_record(tmp_path, since=started) is None
+    log = tmp_path / "main.metrics.jsonl"
+    log.write_text(json.dumps({"step": 1, "loss": 2.0}) + "\n" + json.dumps({"step": 2, "loss": 1.5}) + "\n"
+                   + '{"step": 3, "lo')  # a line still being written
+    assert _last_record(tmp_path, since=started) == {"step": 2, "loss": 1.5}
+    assert _last_record(tmp_path, since=time.time() + 60) is None  # an older run's log is not this run's

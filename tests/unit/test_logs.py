@@ -1,0 +1,61 @@
+"""The CLI's logging setup keeps third-party chatter off the terminal without hiding our own lines."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+import raypipe.logs
+from raypipe.logs import NOISY_LOGGERS, setup_logging
+
+
+@pytest.fixture
+def restore_logging(monkeypatch):
+    """setup_logging changes process-wide state: put the levels, handlers and warning filters back."""
+    monkeypatch.setattr(raypipe.logs, "_quiet", raypipe.logs._quiet)
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    root = logging.getLogger()
+    saved = (root.level, root.handlers[:], {name: logging.getLogger(name).level for name in [*NOISY_LOGGERS, "raypipe"]})
+    with warnings.catch_warnings():
+        yield
+    root.setLevel(saved[0])
+    root.handlers[:] = saved[1]
+    for name, level in saved[2].items():
+        logging.getLogger(name).setLevel(level)
+
+
+def test_named_noisy_loggers_are_raised_and_ours_stays_at_info(restore_logging, capsys):
+    setup_logging(verbose=False)
+    assert logging.getLogger("faiss.loader").getEffectiveLevel() == logging.WARNING
+    assert logging.getLogger("ray.serve").getEffectiveLevel() >= logging.WARNING
+    assert logging.getLogger().level == logging.WARNING
+    logging.getLogger("faiss.loader").info("Loading faiss with AVX2 support.")
+    logging.getLogger("some.library").info("chatter")
+    logging.getLogger("raypipe.data.world").info("world: 3000 instances")
+    logging.getLogger("faiss.loader").warning("a real problem")
+    err = capsys.readouterr().err
+    assert "AVX2" not in err and "chatter" not in err
+    assert "world: 3000 instances" in err and "a real problem" in err
+
+
+def test_verbose_keeps_everything(restore_logging):
+    setup_logging(verbose=True)
+    assert logging.getLogger("raypipe").level == logging.DEBUG
+    assert logging.getLogger("some.library").getEffectiveLevel() == logging.INFO
+
+
+def _stderr_of(code: str) -> str:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          check=True).stderr
+
+
+def test_importing_faiss_after_setup_prints_nothing():
+    # the control shows the message is really there at INFO, so the second assertion can fail
+    loud = _stderr_of("import logging; logging.basicConfig(level=logging.INFO); import faiss")
+    assert "Loading faiss" in loud
+    quiet = _stderr_of("from raypipe.logs import setup_logging; setup_logging(); import faiss")
+    assert "faiss" not in quiet
