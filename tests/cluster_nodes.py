@@ -54,6 +54,10 @@ def base_env(**extra: str) -> dict[str, str]:
     return env
 
 
+#: worker ports per local head
+WORKER_PORTS = 200
+
+
 def free_ports(n: int) -> list[int]:
     """`n` distinct TCP ports free on 127.0.0.1 right now."""
     socks, ports = [], []
@@ -165,8 +169,10 @@ def _wait_started(proc: subprocess.Popen, argv: list[str], log: Path, timeout_s:
 def start_local_head(work: Path, num_cpus: int = 2, timeout_s: float = 120, **env_extra: str) -> tuple[RayNode, str]:
     """A head on 127.0.0.1 with its own temp dir and free ports (so it never meets another Ray on this
     machine); returns the node and the dashboard address for `ray job submit --address`."""
-    gcs, dash, agent, client, mgr, obj, metrics, rte, agent_grpc = free_ports(9)
-    workers_from = free_ports(1)[0]
+    workers_from = min(free_ports(1)[0], 65000 - WORKER_PORTS)
+    # the components' ports must lie outside the workers' range, or Ray refuses to start
+    ports = [p for p in free_ports(40) if not workers_from <= p <= workers_from + WORKER_PORTS][:9]
+    gcs, dash, agent, client, mgr, obj, metrics, rte, agent_grpc = ports
     temp = work / "ray"
     temp.mkdir(parents=True, exist_ok=True)
     argv = [str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={gcs}",
@@ -175,7 +181,7 @@ def start_local_head(work: Path, num_cpus: int = 2, timeout_s: float = 120, **en
             f"--dashboard-agent-grpc-port={agent_grpc}", f"--ray-client-server-port={client}",
             f"--node-manager-port={mgr}", f"--object-manager-port={obj}", f"--metrics-export-port={metrics}",
             f"--runtime-env-agent-port={rte}", f"--min-worker-port={workers_from}",
-            f"--max-worker-port={min(workers_from + 200, 65000)}", "--disable-usage-stats"]
+            f"--max-worker-port={workers_from + WORKER_PORTS}", "--disable-usage-stats"]
     log = work / "head.log"
     proc = _wait_started(_launch(argv, base_env(**env_extra), log, None), argv, log, timeout_s)
     return RayNode("head", "127.0.0.1", temp, proc, log=work / "head.log"), f"http://127.0.0.1:{dash}"

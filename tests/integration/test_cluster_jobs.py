@@ -55,7 +55,8 @@ def _submit(dashboard: str, entrypoint: list[str]) -> tuple[str, str, str]:
 
 
 def _uploaded_package(node) -> Path:
-    unpacked = sorted(node.temp_dir.glob("session_*/runtime_resources/working_dir_files/_ray_pkg_*"))
+    unpacked = sorted(p for p in node.temp_dir.glob("session_*/runtime_resources/working_dir_files/_ray_pkg_*")
+                      if p.is_dir())  # not the `.zip.lock` files beside the unpacked folders
     assert unpacked, "Ray unpacked no working_dir package on the head"
     return unpacked[-1]
 
