@@ -62,12 +62,38 @@ def _watch_local_instance() -> None:
     _WATCHDOG = reaper.start(raylets[0].process.pid, node.node_id, heads, str(log))
 
 
+#: a C++ op build holds its lock for about a minute; one much older was left by a killed build
+STALE_BUILD_LOCK_S = 600.0
+
+
+def clear_stale_build_locks(extensions_dir: str | Path, max_age_s: float = STALE_BUILD_LOCK_S) -> list[Path]:
+    """Remove the build locks that a killed process left in torch's extension cache.
+
+    torch builds DeepSpeed's C++ ops under a lock file and every later process waits on that file for
+    as long as it exists: a build killed mid-way (Ctrl-C, OOM, a killed test) makes every DeepSpeed
+    start hang forever. A lock older than any build is such a leftover."""
+    import time
+
+    now, removed = time.time(), []
+    for lock in Path(extensions_dir).glob("*/lock"):
+        try:
+            if now - lock.stat().st_mtime > max_age_s:
+                lock.unlink()
+                removed.append(lock)
+        except FileNotFoundError:  # its build just finished
+            continue
+    for lock in removed:
+        logger.warning("removed a stale build lock left by a killed process: %s", lock)
+    return removed
+
+
 def ensure_ray(cfg: RayConfig | None = None) -> None:
     """Initialize Ray once per process; a no-op when already initialized (tests, notebooks)."""
     import ray
 
     if ray.is_initialized():
         return
+    clear_stale_build_locks(os.environ.get("TORCH_EXTENSIONS_DIR", WORKER_ENV["TORCH_EXTENSIONS_DIR"]))
     from raypipe.logs import quiet_ray_data, ray_driver_level, ray_logs_dir
 
     cfg = cfg or RayConfig()
