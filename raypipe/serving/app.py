@@ -60,9 +60,14 @@ def resolve_paths(cfg: RaypipeConfig) -> RaypipeConfig:
     retrieval = cfg.retrieval.model_copy(update={
         "encoder": cfg.retrieval.encoder.model_copy(update={"path": _absolute(cfg.retrieval.encoder.path)}),
         "index": cfg.retrieval.index.model_copy(update={"out_dir": _absolute(cfg.retrieval.index.out_dir)}),
+        "fallback": cfg.retrieval.fallback.model_copy(update={"index_dir": _absolute(cfg.retrieval.fallback.index_dir)}),
     })
     serve_cfg = cfg.serve.model_copy(update={"generator": _absolute(cfg.serve.generator)})
-    return cfg.model_copy(update={"retrieval": retrieval, "serve": serve_cfg})
+    crag = cfg.crag.model_copy(update={
+        "lm": _absolute(cfg.crag.lm),
+        "evaluator": cfg.crag.evaluator.model_copy(update={"path": _absolute(cfg.crag.evaluator.path)}),
+    })
+    return cfg.model_copy(update={"retrieval": retrieval, "serve": serve_cfg, "crag": crag})
 
 
 def _cluster_has_gpus() -> bool:
@@ -74,7 +79,7 @@ def _cluster_has_gpus() -> bool:
 def build_app(cfg: RaypipeConfig) -> Application:
     """The Serve application of `cfg`: Ingress -> Decoder -> Generator + Retrieval, each model
     deployment bound only when a served method uses it."""
-    from raypipe.serving.deployments import Decoder, Generator, Ingress, Retrieval
+    from raypipe.serving.deployments import Decoder, Evaluator, Generator, Ingress, Retrieval, WebSearch
 
     check_defaults_within_limits(cfg)
     cfg = resolve_paths(cfg)
@@ -96,10 +101,22 @@ def build_app(cfg: RaypipeConfig) -> Application:
         handles["engine"] = Generator.options(
             num_replicas=s.generator_replicas, ray_actor_options=generator_actor, **shared,
         ).bind(s.generator, cfg.engine, *batching)
+    if "lm" in used:
+        handles["lm"] = Generator.options(
+            name="InstructLM", num_replicas=s.generator_replicas, ray_actor_options=generator_actor, **shared,
+        ).bind(cfg.crag.lm, cfg.engine, *batching)
+    if "evaluator" in used:
+        handles["evaluator"] = Evaluator.options(
+            num_replicas=1, ray_actor_options={"num_cpus": s.evaluator_cpus}, **shared,
+        ).bind(cfg.crag.evaluator, *batching)
+    if "web" in used:
+        handles["web"] = WebSearch.options(
+            num_replicas=1, ray_actor_options={"num_cpus": s.web_cpus}, **shared,
+        ).bind(cfg.retrieval, s.torch_threads)
     decoder = Decoder.options(
         autoscaling_config=autoscaling_config(s), max_ongoing_requests=s.max_ongoing_requests,
         max_queued_requests=s.max_queued_requests, ray_actor_options={"num_cpus": s.decoder_cpus},
-    ).bind(handles, s.generator, s.max_ongoing_requests, s.request_timeout_s)
+    ).bind(handles, s.generator, s.max_ongoing_requests, s.request_timeout_s, cfg.crag.lm)
     return Ingress.options(
         num_replicas=s.ingress_replicas, max_ongoing_requests=s.ingress_max_ongoing_requests,
         ray_actor_options={"num_cpus": s.ingress_cpus},

@@ -3,7 +3,9 @@
 The token is read from the environment variable `serve.auth_token_env` where the app is built, and only
 its SHA-256 digest travels to the ingress replicas: deployment arguments are stored by the Serve
 controller, and a digest there gives nothing away. Requests then send `Authorization: Bearer <token>`
-(the openai client does so with `api_key=<token>`).
+(the openai client does so with `api_key=<token>`). The token is read by FastAPI's `HTTPBearer`, so the
+OpenAPI document declares the bearer scheme on every route that needs it; with authentication off the
+routes carry no dependency and the document no scheme.
 """
 
 from __future__ import annotations
@@ -12,10 +14,15 @@ import hashlib
 import hmac
 import logging
 import os
+from typing import Annotated
 
-from fastapi import Header, HTTPException, status
+from fastapi import Depends, HTTPException, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 logger = logging.getLogger(__name__)
+
+#: reads `Authorization: Bearer <token>` (None when missing or another scheme: BearerAuth answers 401)
+_BEARER = HTTPBearer(auto_error=False)
 
 
 def token_digest(token: str) -> str:
@@ -39,10 +46,10 @@ class BearerAuth:
     def __init__(self, digest: str | None):
         self.digest = digest
 
-    def __call__(self, authorization: str | None = Header(None)) -> None:
+    def __call__(self, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)]) -> None:
         if self.digest is None:
             return
-        scheme, _, token = (authorization or "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token_digest(token.strip()), self.digest):
+        token = credentials.credentials.strip() if credentials else ""
+        if not credentials or not hmac.compare_digest(token_digest(token), self.digest):
             raise HTTPException(status.HTTP_401_UNAUTHORIZED, "missing or invalid bearer token",
                                 headers={"WWW-Authenticate": "Bearer"})

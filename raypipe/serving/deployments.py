@@ -30,7 +30,7 @@ from ray import serve
 from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
 from ray.serve.handle import DeploymentHandle
 
-from raypipe.config import EngineConfig, MethodSettings, RaypipeConfig, RetrievalConfig
+from raypipe.config import EngineConfig, EvaluatorConfig, MethodSettings, RaypipeConfig, RetrievalConfig
 from raypipe.inference.engines import make_engine
 from raypipe.inference.engines.base import Generation, GenerationParams
 from raypipe.methods import get_method
@@ -41,7 +41,7 @@ from raypipe.retrieval.retriever import load_retriever
 from raypipe.retrieval.types import Passage
 from raypipe.serving.api import DecodeTimeout, Overloaded, build_api
 from raypipe.serving.batching import run_grouped
-from raypipe.serving.remote import CallClock, RemoteEngine, RemoteSearcher
+from raypipe.serving.remote import CallClock, RemoteEngine, RemoteScorer, RemoteSearcher
 
 logger = logging.getLogger(__name__)
 
@@ -119,14 +119,54 @@ class Generator(_BatchedModel):
 
 
 @serve.deployment
+class Evaluator(_BatchedModel):
+    """CRAG's retrieval evaluator (a cross-encoder), shared by all decoders; concurrent score calls
+    are merged into one forward pass series. A missing checkpoint fails the replica at startup with
+    the path in the error."""
+
+    def __init__(self, evaluator: EvaluatorConfig, threads: int, max_batch_size: int, batch_wait_timeout_s: float):
+        from raypipe.methods.crag.evaluator import load_evaluator
+
+        self._start(threads)
+        self.evaluator = self.thread.submit(load_evaluator, evaluator).result()
+        _set_batching(self._score_batch, max_batch_size, batch_wait_timeout_s)
+
+    async def score(self, pairs: list[tuple[str, str]]) -> list[float]:
+        return await self._score_batch((pairs, None))
+
+    @serve.batch
+    async def _score_batch(self, calls: list[tuple[list[tuple[str, str]], None]]) -> list[list[float]]:
+        return await self._run(calls, lambda pairs, _: self.evaluator.score(pairs))
+
+
+@serve.deployment
+class WebSearch:
+    """CRAG's second search source (`retrieval.fallback`: the local web index or an HTTP search API).
+    Calls are not merged: a failing web query must fail only its own request, which then falls back
+    to internal knowledge."""
+
+    def __init__(self, retrieval: RetrievalConfig, threads: int):
+        from raypipe.retrieval import build_search_backend
+
+        torch.set_num_threads(threads)
+        self.web = build_search_backend(retrieval)
+
+    def search(self, queries: list[str], k: int) -> list[list[Passage]]:
+        return [list(hits) for hits in self.web.search(queries, k)]
+
+
+@serve.deployment
 class Decoder:
     """Runs one request at a time per worker thread (`concurrency` threads) with the method it names,
     over proxies of the bound deployments (`handles`: tool name -> deployment). Autoscaled on its
     ongoing requests."""
 
-    def __init__(self, handles: dict[str, DeploymentHandle], model_path: str, concurrency: int, call_timeout_s: float):
+    def __init__(self, handles: dict[str, DeploymentHandle], model_path: str, concurrency: int, call_timeout_s: float,
+                 lm_path: str | None = None):
         self.handles, self.call_timeout_s = handles, call_timeout_s
         self.tokenizer = load_tokenizer(model_path)
+        #: the instruct LM's tokenizer (its chat template) when the `lm` tool is bound
+        self.lm_tokenizer = load_tokenizer(lm_path) if "lm" in handles and lm_path else None
         self.threads = ThreadPoolExecutor(concurrency, thread_name_prefix="decoder")
 
     async def decode(self, method: str, request: MethodRequest, settings: MethodSettings, top_k: int) -> dict[str, Any]:
@@ -139,11 +179,15 @@ class Decoder:
         tools = Tools(
             engine=RemoteEngine(self.handles["engine"], self.tokenizer, clocks["engine"]) if "engine" in clocks else None,
             retriever=RemoteSearcher(self.handles["retriever"], clocks["retriever"]) if "retriever" in clocks else None,
+            web=RemoteSearcher(self.handles["web"], clocks["web"]) if "web" in clocks else None,
+            evaluator=RemoteScorer(self.handles["evaluator"], clocks["evaluator"]) if "evaluator" in clocks else None,
+            lm=RemoteEngine(self.handles["lm"], self.lm_tokenizer, clocks["lm"]) if "lm" in clocks else None,
         )
         start = time.perf_counter()
         result = get_method(method)(tools).decode([request], settings, top_k)[0]
         timings = {"decode_ms": (time.perf_counter() - start) * 1000}
-        for name, label in (("engine", "generation"), ("retriever", "retrieval")):
+        for name, label in (("engine", "generation"), ("retriever", "retrieval"), ("web", "web_search"),
+                            ("evaluator", "evaluator"), ("lm", "lm_generation")):
             if name in clocks:
                 timings[f"{label}_ms"] = clocks[name].seconds * 1000
                 timings[f"{label}_calls"] = clocks[name].calls

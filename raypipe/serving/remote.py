@@ -58,3 +58,13 @@ class RemoteSearcher:
 
     def search(self, queries: list[str], k: int) -> Sequence[Sequence[Passage]]:
         return self.clock.call(self.retriever.search, queries, k)
+
+
+class RemoteScorer:
+    """`score` forwarded to the Evaluator deployment (CRAG's retrieval evaluator)."""
+
+    def __init__(self, evaluator: Any, clock: CallClock):
+        self.evaluator, self.clock = evaluator, clock
+
+    def score(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
+        return self.clock.call(self.evaluator.score, list(pairs))

@@ -6,13 +6,18 @@ carries that method's controls: per-request overrides of its `methods.<name>` se
 (passages per search, default `retrieval.top_k`). The limits (prompt length, K, beam width, depth, max
 tokens) come from `ServeConfig`, so the models are made per app by `request_models(cfg)`: FastAPI
 then answers an unknown method or an over-limit value with the same 422 as any other invalid field,
-naming the field, and the OpenAPI page shows the limits.
+naming the field, and the OpenAPI document declares them (`maximum`, `maxLength`; `_declare`), so the
+document is the contract a client can check a request against.
+
+Every request model is strict (`RequestModel`): JSON booleans are not numbers, NaN and Infinity are
+refused, and strings must be Unicode text (no lone surrogates).
 
 `POST /v1/generate` takes an instruction and optional input plus the controls, flat. `POST
 /v1/chat/completions` takes an OpenAI chat request; `method` and the controls ride in its extra fields
 (the openai client's `extra_body`): `{"method": "selfrag", "selfrag": {...controls}}`.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal, TypeVar, Union
 
@@ -23,19 +28,70 @@ from pydantic import (
     Field,
     Tag,
     ValidationInfo,
+    WithJsonSchema,
     create_model,
     field_validator,
 )
 from pydantic_core import PydanticCustomError
 
-from raypipe.config import MethodSettings, RaypipeConfig, RetrievalMode, ServeConfig, reflection_tokens_only
+from raypipe.config import (
+    CRAGActions,
+    MethodSettings,
+    RaypipeConfig,
+    RetrievalMode,
+    ServeConfig,
+    reflection_tokens_only,
+)
 from raypipe.errors import ConfigError
 from raypipe.methods.base import MethodRequest
+from raypipe.tokens import REFLECTION_TOKENS
 
 V = TypeVar("V")
 
 
-class MethodControls(BaseModel):
+def _surrogate_at(value: Any) -> int | None:
+    """Where the first lone UTF-16 surrogate in the strings of `value` (a string, or a list or dict of
+    them) sits, or None."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return exc.start
+        return None
+    items = value.items() if isinstance(value, dict) else value if isinstance(value, list | tuple) else ()
+    for item in items:
+        where = _surrogate_at(item)
+        if where is not None:
+            return where
+    return None
+
+
+class RequestModel(BaseModel):
+    """Base of every request model, so every method's controls get the same rules.
+
+    Strict, since a JSON boolean is not a number (lax pydantic reads `top_k: true` as 1) nor a string a
+    number; NaN and Infinity, which Python's JSON parser accepts, are no values of any setting; and a
+    string holding a lone surrogate (`"\\ud800"`, a valid JSON escape but no character) could not be
+    written back as UTF-8 in an answer, so it is refused here, naming the field."""
+
+    model_config = ConfigDict(strict=True, allow_inf_nan=False)
+
+    @field_validator("*")
+    @classmethod
+    def _unicode_text(cls, value: V) -> V:
+        where = _surrogate_at(value)
+        if where is not None:
+            raise PydanticCustomError("lone_surrogate", "holds a lone UTF-16 surrogate at character {at}, which is "
+                                      "not Unicode text", {"at": where})
+        return value
+
+
+#: a reflection token; the document lists them, so that a client knows the allowed values (the validator
+#: of `forbid` names them in its 422)
+ReflectionToken = Annotated[str, WithJsonSchema({"type": "string", "enum": list(REFLECTION_TOKENS)})]
+
+
+class MethodControls(RequestModel):
     """Per-request overrides of a method's settings; a field left out keeps the server's default.
     `renames` maps an API field onto its settings field where the API keeps OpenAI's name."""
 
@@ -65,7 +121,7 @@ class SelfRAGControls(MethodControls):
     w_is_rel: float | None = Field(None, allow_inf_nan=False)
     w_is_sup: float | None = Field(None, allow_inf_nan=False)
     w_is_use: float | None = Field(None, allow_inf_nan=False)
-    forbid: list[str] | None = Field(None, description="reflection tokens whose continuations are dropped")
+    forbid: list[ReflectionToken] | None = Field(None, description="reflection tokens whose continuations are dropped")
     max_tokens: int | None = Field(None, ge=1, description="tokens per segment at most")
 
     @field_validator("forbid")
@@ -86,24 +142,72 @@ class SelfReasoningControls(MethodControls):
     noise_fraction: float | None = Field(None, ge=0.0, le=1.0)
 
 
+class CorrectiveControls(MethodControls):
+    """CRAG's corrective step (CRAG §4.3-4.5): the trigger's thresholds and ablations, strip
+    refinement (filter, top-k; `strip_filter: -1` keeps every strip), web search on/off, its rewriter,
+    result count and evaluator selection. Thresholds that end up out of order are a 422."""
+
+    upper: float | None = Field(None, ge=-1.0, le=1.0, description="Correct when some document scores >= this")
+    lower: float | None = Field(None, ge=-1.0, le=1.0, description="Incorrect when every document scores < this")
+    actions: CRAGActions | None = Field(None, description="action ablations (CRAG Tables 2 and 11)")
+    refine: bool | None = Field(None, description="decompose-then-recompose the documents (CRAG §4.4)")
+    strip_filter: float | None = Field(None, ge=-1.0, le=1.0, description="strips scoring below this are dropped")
+    strip_top_k: int | None = Field(None, ge=1, description="strips kept at most")
+    web: bool | None = Field(None, description="web search for Incorrect and Ambiguous (CRAG §4.5)")
+    rewriter: Literal["lm", "openai", "none"] | None = Field(None, description="the web query rewriter")
+    web_top_k: int | None = Field(None, ge=1, description="web results kept per query")
+    web_select: bool | None = Field(None, description="select web paragraphs with the evaluator")
+
+
+class CRAGControls(CorrectiveControls):
+    """CRAG with a plain generator: the corrective controls, which generator, tokens to write."""
+
+    renames: ClassVar[dict[str, str]] = {"max_tokens": "max_new_tokens"}
+
+    generator: Literal["lm", "engine"] | None = Field(None, description="the instruct LM or the Self-RAG generator")
+    max_tokens: int | None = Field(None, ge=1, description="tokens of the answer at most")
+
+
+class RAGControls(MethodControls):
+    """Standard RAG: which plain generator, tokens to write."""
+
+    renames: ClassVar[dict[str, str]] = {"max_tokens": "max_new_tokens"}
+
+    generator: Literal["lm", "engine"] | None = Field(None, description="the instruct LM or the Self-RAG generator")
+    max_tokens: int | None = Field(None, ge=1, description="tokens of the answer at most")
+
+
+class SelfCRAGControls(SelfRAGControls, CorrectiveControls):
+    """Self-CRAG: Self-RAG's controls and CRAG's corrective ones."""
+
+
 #: method name -> its controls model; every served method has one
-CONTROLS: dict[str, type[MethodControls]] = {"selfrag": SelfRAGControls, "self_reasoning": SelfReasoningControls}
+CONTROLS: dict[str, type[MethodControls]] = {"selfrag": SelfRAGControls, "self_reasoning": SelfReasoningControls,
+                                             "crag": CRAGControls, "rag": RAGControls, "selfcrag": SelfCRAGControls}
 
 
-class GenerateRequest(BaseModel):
-    instruction: str = Field(min_length=1)
+class GenerateRequest(RequestModel):
+    instruction: str = Field(min_length=1, json_schema_extra={"pattern": r"\S"},
+                             description="what to answer; not empty nor only whitespace")
     input: str = ""
+
+    @field_validator("instruction")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise PydanticCustomError("blank_instruction", "the instruction is empty or only whitespace")
+        return value
 
     def method_request(self) -> MethodRequest:
         return MethodRequest(instruction=self.instruction, input=self.input)
 
 
-class TextPart(BaseModel):
+class TextPart(RequestModel):
     type: Literal["text"]
     text: str
 
 
-class ChatMessage(BaseModel):
+class ChatMessage(RequestModel):
     """An OpenAI chat message; only text content (a string or text parts) can reach the model."""
 
     role: Literal["system", "developer", "user", "assistant"]
@@ -114,7 +218,7 @@ class ChatMessage(BaseModel):
         return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
 
 
-class ChatRequest(BaseModel):
+class ChatRequest(RequestModel):
     """An OpenAI chat-completions request. Decoding is deterministic, so sampling parameters
     (temperature, top_p, seed, ...) are accepted and have no effect; other unknown OpenAI parameters
     are ignored as well, so every client version can talk to the server. `request_models` adds
@@ -122,7 +226,7 @@ class ChatRequest(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    model: str
+    model: str = Field(description="the served model (GET /v1/models); another one is a 404 model_not_found")
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = Field(None, ge=1, description="tokens per segment at most")
     max_completion_tokens: int | None = Field(None, ge=1, description="same as max_tokens")
@@ -198,18 +302,50 @@ def _prompt_fits(value: V, chars: int, limit: int, what: str) -> V:
     return value
 
 
+def _declare(keywords: dict[str, dict[str, Any]]) -> Callable[[dict[str, Any]], None]:
+    """A `json_schema_extra` writing limits that validators enforce (their messages name the `serve`
+    setting, which a pydantic constraint's would not) into the properties' schemas, so the OpenAPI
+    document declares them: `{"top_k": {"maximum": 20}}`; an optional field gets them in its non-null
+    branch."""
+
+    def extra(schema: dict[str, Any]) -> None:
+        for name, words in keywords.items():
+            prop = schema.get("properties", {}).get(name)
+            if prop is not None:
+                branches = [b for b in prop.get("anyOf", []) if b.get("type") != "null"]
+                for target in branches or [prop]:
+                    target.update(words)
+
+    return extra
+
+
+def _maxima(model: type[BaseModel], limits: dict[str, tuple[str, int]]) -> dict[str, dict[str, Any]]:
+    return {f: {"maximum": limits[f][1]} for f in model.model_fields if f in limits}
+
+
 def _limited_controls(controls: type[MethodControls], limits: dict[str, tuple[str, int]]) -> type[MethodControls]:
     capped = [f for f in controls.model_fields if f in limits]
 
     def check(cls: type, value: int | None, info: ValidationInfo) -> int | None:
         return _within(limits, value, info.field_name)
 
-    return create_model(f"Limited{controls.__name__}", __base__=controls,
-                        __validators__={"_capped": field_validator(*capped)(classmethod(check))})
+    namespace = {"__module__": __name__, "model_config": ConfigDict(json_schema_extra=_declare(_maxima(controls, limits))),
+                 "_capped": field_validator(*capped)(classmethod(check))}
+    return type(controls)(f"Limited{controls.__name__}", (controls,), namespace)
 
 
-def _limited_generate(method: str, controls: type[MethodControls], prompt_limit: int) -> type[BaseModel]:
+def _limited_generate(method: str, controls: type[MethodControls], prompt_limit: int, default: bool,
+                      limits: dict[str, tuple[str, int]]) -> type[BaseModel]:
+    """The /v1/generate body of `method`. The default method's body may leave `method` out, the others
+    must name it: so the document's `oneOf` matches a body exactly as the server picks its method."""
+
     class LimitedGenerateRequest(controls, GenerateRequest):
+        model_config = ConfigDict(json_schema_extra=_declare({
+            **_maxima(controls, limits), "instruction": {"maxLength": prompt_limit},
+            "input": {"maxLength": prompt_limit - 1,
+                      "description": f"context; instruction and input together at most {prompt_limit} "
+                                     "characters (serve.max_prompt_chars)"}}))
+
         @field_validator("instruction")
         @classmethod
         def _instruction_fits(cls, value: str) -> str:
@@ -221,8 +357,14 @@ def _limited_generate(method: str, controls: type[MethodControls], prompt_limit:
             total = len(info.data.get("instruction", "")) + len(value)
             return _prompt_fits(value, total, prompt_limit, "instruction and input together")
 
+    named = Field(method, description="the decoding method") if default else Field(description="the decoding method")
     return create_model(f"{method.title()}GenerateRequest", __base__=LimitedGenerateRequest,
-                        method=(Literal[method], Field(method, description="the decoding method")))
+                        method=(Literal[method], named))
+
+
+#: the error type of a /v1/generate body whose `method` is none of the served ones; pydantic reports it at
+#: the body (the union), the API names `method`
+UNKNOWN_METHOD = "unknown_method"
 
 
 def _method_of(default: str) -> Any:
@@ -236,14 +378,22 @@ def request_models(cfg: RaypipeConfig) -> RequestModels:
     s = cfg.serve
     limits, methods = request_limits(s), list(dict.fromkeys(s.methods))
     controls = {m: _limited_controls(CONTROLS[m], limits) for m in methods}
-    bodies = {m: _limited_generate(m, controls[m], s.max_prompt_chars) for m in methods}
+    bodies = {m: _limited_generate(m, controls[m], s.max_prompt_chars, m == s.default_method or len(methods) == 1,
+                                   limits) for m in methods}
     if len(bodies) == 1:
         generate: Any = bodies[methods[0]]
     else:
         generate = Annotated[Union[tuple(Annotated[b, Tag(m)] for m, b in bodies.items())],  # noqa: UP007
-                             Discriminator(_method_of(s.default_method))]
+                             Discriminator(_method_of(s.default_method), custom_error_type=UNKNOWN_METHOD,
+                                           custom_error_message="not a method this server serves; one of "
+                                           + ", ".join(repr(m) for m in methods))]
 
     class LimitedChatRequest(ChatRequest):
+        model_config = ConfigDict(json_schema_extra=_declare({
+            **_maxima(ChatRequest, limits), "model": {"enum": [s.model_name]},
+            "messages": {"description": f"the conversation, ending with a user message; at most {s.max_prompt_chars} "
+                                        "characters in all (serve.max_prompt_chars)"}}))
+
         @field_validator("max_tokens", "max_completion_tokens")
         @classmethod
         def _capped(cls, value: int | None, info: ValidationInfo) -> int | None:

@@ -69,7 +69,7 @@ def app_cfg(tiny_model_dir, index_cfg) -> RaypipeConfig:
     serve = ServeConfig(port=_free_port(), app_name=APP, generator=str(tiny_model_dir), auth_token_env=TOKEN_ENV,
                         min_replicas=2, max_replicas=3, target_ongoing_requests=1.0, max_ongoing_requests=2,
                         max_queued_requests=8, max_top_k=3, max_beam_width=2, max_depth_limit=2,
-                        max_tokens_limit=16, max_prompt_chars=300)
+                        max_tokens_limit=16, max_prompt_chars=300, max_body_bytes=4096)
     selfrag = SelfRAGSettings(beam_width=2, max_depth=2, max_new_tokens=8)
     return RaypipeConfig(serve=serve, engine=EngineConfig(kind="hf"), methods=MethodsConfig(selfrag=selfrag),
                          retrieval=index_cfg)
@@ -167,6 +167,20 @@ def test_auth_rejects_missing_and_wrong_tokens_but_not_healthz(url):
     assert invalid_unauthenticated.status_code == 401
     health = httpx.get(f"{url}/healthz", timeout=60)
     assert health.status_code == 200 and health.json()["status"] == "ok"
+
+
+def test_bad_input_through_serves_proxy_gets_the_apis_own_errors(client, url):
+    """The body limit, the 404 for another model and the 422 for NaN hold behind Serve's HTTP proxy too,
+    with the API's JSON error bodies."""
+    big = b'{"instruction": "' + b"q" * 5000 + b'"}'
+    for content in (big, iter([big[:3000], big[3000:]])):  # with a Content-Length, and chunked
+        r = client.post("/v1/generate", content=content, headers={"content-type": "application/json"})
+        assert r.status_code == 413 and r.json()["error"]["param"] == "body", r.text
+    other = client.post("/v1/chat/completions", json={"model": "gpt-4o", "messages": [{"role": "user", "content": "q"}]})
+    assert other.status_code == 404 and other.json()["error"]["code"] == "model_not_found"
+    nan = client.post("/v1/generate", content=b'{"instruction": "q", "threshold": NaN}',
+                      headers={"content-type": "application/json"})
+    assert nan.status_code == 422 and nan.json()["error"]["param"] == "threshold"
 
 
 def test_openai_client_round_trip(url, app_cfg):

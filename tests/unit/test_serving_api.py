@@ -7,6 +7,7 @@ openai package's own response model)."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -37,7 +38,7 @@ class EchoBackend:
         self.seen.append((method, request, settings, top_k))
         if self.fail:
             raise self.fail
-        citations = [{"passage_id": f"p{i}", "title": f"T{i}"} for i in range(top_k if settings.mode == "always" else 0)]
+        citations = [{"passage_id": f"p{i}", "title": f"T{i}"} for i in range(top_k if getattr(settings, "mode", None) == "always" else 0)]
         return {"text": request.instruction[::-1], "n_retrievals": len(citations) and 1, "retrieved": bool(citations),
                 "citations": citations, "option": None, "option_scores": {}, "trace": {"segments": []},
                 "timings": {"decode_ms": 2.0}, "usage": {"prompt_tokens": 11, "completion_tokens": 4}}
@@ -276,3 +277,129 @@ def test_decoder_backend_maps_backpressure_and_deadline():
     with pytest.raises(DecodeTimeout, match="0.05"):
         asyncio.run(DecoderBackend(_Handle(hanging), timeout_s=0.05).decode(*call))
     assert hanging.cancelled
+
+
+# --- bad input never answers 5xx (issue 18) ---------------------------------------------------------
+
+
+def _raw(client: TestClient, route: str, text: str | bytes, **headers: str):
+    """POST `text` as it is: Python's json accepts NaN and Infinity and escapes lone surrogates, so
+    these bodies are written by hand, as a client that sends them would."""
+    return client.post(route, content=text.encode() if isinstance(text, str) else text,
+                       headers={"content-type": "application/json", **headers})
+
+
+_CHAT_PREFIX = '{"model": "selfrag", "messages": [{"role": "user", "content": '
+
+
+@pytest.mark.parametrize(("route", "text", "field", "echoed"), [
+    ("/v1/generate", '{"instruction": "x", "threshold": NaN}', "threshold", "NaN"),
+    ("/v1/generate", '{"instruction": "x", "w_is_sup": Infinity}', "w_is_sup", "Infinity"),
+    ("/v1/generate", '{"instruction": "x", "w_is_rel": -Infinity}', "w_is_rel", "-Infinity"),
+    ("/v1/generate", '{"instruction": "x", "top_k": 1e400}', "top_k", "Infinity"),
+    ("/v1/generate", r'{"instruction": "\ud800 x"}', "instruction", "\\ud800 x"),
+    ("/v1/generate", r'{"instruction": "x", "input": "a\udc00"}', "input", "a\\udc00"),
+    ("/v1/generate", r'{"instruction": "x", "forbid": ["\ud800"]}', "forbid", ["\\ud800"]),
+    ("/v1/chat/completions", _CHAT_PREFIX + r'"hi \ud83d"}]}', "messages.0.content", None),
+    ("/v1/chat/completions", _CHAT_PREFIX + '"hi"}], "selfrag": {"threshold": NaN}}', "selfrag.threshold", "NaN"),
+    ("/v1/chat/completions", _CHAT_PREFIX + '"hi"}], "max_tokens": Infinity}', "max_tokens", "Infinity"),
+])
+def test_non_finite_numbers_and_lone_surrogates_are_422_not_500(client, backend, route, text, field, echoed):
+    r = _raw(client, route, text)
+    assert r.status_code == 422, r.text
+    body = json.loads(r.content.decode("utf-8"), parse_constant=lambda c: pytest.fail(f"{c} in the answer"))
+    assert body["error"]["param"].startswith(field)
+    if echoed is not None:  # the offending input is echoed, spelled out
+        assert body["detail"][0]["input"] == echoed
+    assert backend.seen == []
+
+
+@pytest.mark.parametrize("instruction", [" ", "\n\t ", "\u3000\u00a0"])
+def test_whitespace_only_instruction_is_422_on_generate_as_on_chat(client, backend, instruction):
+    r = client.post("/v1/generate", json={"instruction": instruction})
+    assert r.status_code == 422 and r.json()["error"]["param"] == "instruction"
+    assert "whitespace" in r.json()["error"]["message"]
+    chat = client.post("/v1/chat/completions", json=_chat(messages=[{"role": "user", "content": instruction}]))
+    assert chat.status_code == 422 and chat.json()["error"]["param"] == "messages"
+    assert backend.seen == []
+
+
+@pytest.mark.parametrize(("route", "payload", "field"), [
+    ("/v1/generate", {"instruction": "q", "top_k": True}, "top_k"),
+    ("/v1/generate", {"instruction": "q", "beam_width": True}, "beam_width"),
+    ("/v1/generate", {"instruction": "q", "threshold": False}, "threshold"),
+    ("/v1/generate", {"instruction": "q", "w_is_sup": True}, "w_is_sup"),
+    ("/v1/generate", {"instruction": "q", "max_depth": "3"}, "max_depth"),
+    ("/v1/generate", {"instruction": "q", "top_k": 2.0}, "top_k"),
+    ("/v1/chat/completions", _chat(max_tokens=True), "max_tokens"),
+    ("/v1/chat/completions", _chat(n=True), "n"),
+    ("/v1/chat/completions", _chat(selfrag={"top_k": True}), "selfrag.top_k"),
+])
+def test_booleans_and_strings_are_not_numbers(client, backend, route, payload, field):
+    r = client.post(route, json=payload)
+    assert r.status_code == 422 and r.json()["error"]["param"] == field
+    assert backend.seen == []
+
+
+def test_an_integer_is_a_number(client, backend):
+    assert client.post("/v1/generate", json={"instruction": "q", "threshold": 1, "w_is_sup": 2}).status_code == 200
+    assert (backend.seen[-1][2].threshold, backend.seen[-1][2].w_is_sup) == (1.0, 2.0)
+
+
+def test_an_unknown_chat_model_is_404_model_not_found_naming_the_served_one(client, backend):
+    r = client.post("/v1/chat/completions", json=_chat(model="gpt-4o"))
+    assert r.status_code == 404
+    assert r.json()["error"] == {"message": "The model 'gpt-4o' does not exist; this server serves 'selfrag'",
+                                 "type": "invalid_request_error", "param": "model", "code": "model_not_found"}
+    assert backend.seen == []
+
+
+def test_the_openai_client_sees_model_not_found(client):
+    import openai
+
+    oai = openai.OpenAI(base_url="http://testserver/v1", api_key="x", http_client=client, max_retries=0)
+    with pytest.raises(openai.NotFoundError) as caught:
+        oai.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "q"}])
+    assert caught.value.code == "model_not_found" and "serves 'selfrag'" in caught.value.message
+
+
+def _limited(max_body_bytes: int, backend: EchoBackend) -> TestClient:
+    cfg = CFG.model_copy(update={"serve": LIMITS.model_copy(update={"max_body_bytes": max_body_bytes})})
+    return TestClient(build_api(cfg, backend, None))
+
+
+def _body_of(size: int) -> bytes:
+    """A valid /v1/generate body of exactly `size` bytes (the instruction pads it)."""
+    head, tail = b'{"instruction": "', b'"}'
+    return head + b"q" * (size - len(head) - len(tail)) + tail
+
+
+def test_a_body_over_serve_max_body_bytes_is_413_before_it_is_parsed(backend):
+    client = _limited(60, backend)
+    assert _raw(client, "/v1/generate", _body_of(60)).status_code == 200
+    for body in (_body_of(61), b"{" * 61, b"\xff" * 61):  # valid, malformed JSON, not UTF-8: all 413
+        r = _raw(client, "/v1/generate", body)
+        assert r.status_code == 413, r.text
+        assert r.json()["error"]["param"] == "body" and "serve.max_body_bytes" in r.json()["error"]["message"]
+    # sent without a Content-Length (chunked): counted as it arrives
+    r = _raw(client, "/v1/generate", iter([b'{"instruction": "', b"q" * 50, b'"}']))
+    assert "content-length" not in r.request.headers and r.status_code == 413
+    assert _raw(client, "/v1/generate", iter([b'{"instruction": "', b"q" * 30, b'"}'])).status_code == 200
+    assert len(backend.seen) == 2
+
+
+def test_malformed_json_names_the_body_not_a_byte_offset(client):
+    r = _raw(client, "/v1/generate", '{"instruction": "x",\n "top_k": ')
+    assert r.status_code == 422
+    error = r.json()["error"]
+    assert error["param"] == "body" and error["message"] == "body: not valid JSON (Expecting value at byte 31)"
+
+
+@pytest.mark.parametrize("body", [b'{"instruction": "caf\xe9"}',  # latin-1, not UTF-8
+                                  b"[" * 50_000,  # nested past the parser's recursion limit
+                                  b'{"instruction": "x", "top_k": 1' + b"0" * 5000 + b"}"])  # past int digits
+def test_a_body_the_parser_cannot_read_is_400(client, backend, body):
+    r = _raw(client, "/v1/generate", body)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "body"
+    assert "UTF-8 JSON text" in r.json()["error"]["message"]
+    assert backend.seen == []
