@@ -58,11 +58,30 @@ def _stamp(path: Path) -> list[Any]:
     return [str(path.resolve()), stat.st_size, stat.st_mtime_ns]
 
 
+def _weights(folder: str | Path) -> list[Any] | str:
+    """The stamps of a model folder's weight files (or its path when it has none yet)."""
+    folder = Path(folder)
+    weights = sorted([*folder.glob("*.safetensors"), *folder.glob("*.bin")])
+    return [_stamp(w) for w in weights] or str(folder.resolve())
+
+
+def _tool_models(cfg: RaypipeConfig, method: str) -> dict[str, Any]:
+    """The model folders (and settings) behind the tools `method` may use: retraining any of them
+    makes a variant's predictions stale."""
+    tools = get_method(method).tools
+    models: dict[str, Any] = {}
+    if "engine" in tools:
+        models["generator"] = _weights(cfg.eval.generator)
+    if "lm" in tools:
+        models["lm"] = _weights(cfg.crag.lm)
+    if "evaluator" in tools:
+        models["evaluator"] = [_weights(cfg.crag.evaluator.path), cfg.crag.evaluator.model_dump(mode="json")]
+    return models
+
+
 def _fingerprint(cfg: RaypipeConfig, variant: Variant, injected_retriever: bool) -> str:
-    generator = Path(cfg.eval.generator)
-    weights = sorted([*generator.glob("*.safetensors"), *generator.glob("*.bin")])
     payload = {
-        "generator": [_stamp(w) for w in weights] or str(generator.resolve()),
+        "models": _tool_models(cfg, variant.method),
         "method": variant.method,
         "settings": variant.settings.model_dump(mode="json"),
         "retrieval": ("injected", cfg.retrieval.top_k) if injected_retriever else cfg.retrieval.model_dump(mode="json"),
@@ -140,7 +159,8 @@ def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None
     """
     start = time.perf_counter()
     out = Path(cfg.eval.out_dir)
-    if not (Path(cfg.eval.generator) / "config.json").is_file():
+    uses_generator = any("engine" in get_method(m).tools for m in cfg.eval.methods)
+    if uses_generator and not (Path(cfg.eval.generator) / "config.json").is_file():
         raise ModelError(f"eval.generator: no model folder at {cfg.eval.generator}")
     items, reports = read_eval_sets(cfg.eval.eval_sets, out / "rejects", cfg.eval.limit)
     if not items:

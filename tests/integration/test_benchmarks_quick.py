@@ -26,6 +26,9 @@ REQUIRED = {
     "augment": ["n_instances", "wall_s", "instances_per_s", "peak_rss_gib", "ratio_vs_sequential",
                 "ceiling_vs_sequential"],
     "faults": ["faults", "failure_detection"],
+    "self_reasoning": ["sr_vs_selfrag_time_ratio", "trajectory_parse_rate", "sr_seconds_per_question"],
+    "crag": ["evaluator_batched_vs_single", "crag_vs_rag_time_ratio", "selfcrag_vs_selfrag_time_ratio",
+             "selfrag_vs_rag_time_ratio"],
 }
 
 pytestmark = pytest.mark.slow

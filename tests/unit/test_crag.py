@@ -346,3 +346,20 @@ def test_selfcrag_reads_crag_knowledge_instead_of_the_retrieved_passages(tiny_mo
     assert actions == ["correct", "incorrect", "ambiguous"]
     # K = 5 documents, but Self-CRAG reads one passage (the processed knowledge) per retrieval
     assert all(len({s["citation"]["passage_id"] for s in r.trace["segments"] if s["citation"]}) <= 1 for r in results)
+
+
+def test_selfcrag_duplicate_requests_share_one_correction_and_both_show_it():
+    from raypipe.methods.crag.knowledge import Corrector
+    from raypipe.methods.crag.selfcrag import KnowledgeSearcher
+
+    t, evaluator, *_ = tools()
+    reqs = [MethodRequest("Ada|worked"), MethodRequest("Cy|worked"), MethodRequest("Ada|worked")]
+    corrector = Corrector(t.evaluator, None, None, CRAGSettings(web=False))
+    searcher = KnowledgeSearcher(reqs, t.retriever, corrector, top_k=5)
+    found = searcher.search(["Ada|worked", "Ada|worked\nprevious segment", "Cy|worked"], 5)
+    assert evaluator.calls[0] == 4  # Ada's two documents and Cy's two, once each
+    assert found[0][0].text == found[1][0].text == "Ada was born in Orr. Ada worked at the Mill."
+    assert found[2] == []  # Incorrect with web off reads nothing
+    assert searcher.knowledge_of(2) is searcher.knowledge_of(0) is not None
+    assert searcher.knowledge_of(2).action.value == "correct"
+    assert searcher.knowledge_of(1).action.value == "incorrect"

@@ -12,7 +12,7 @@ from raypipe.data.world_entities import World
 from raypipe.errors import ModelError
 from raypipe.methods.crag.evaluator import load_evaluator
 from raypipe.methods.crag.evaluator_data import build_pairs, heldout_entity, passage_by_id, write_pairs
-from raypipe.methods.crag.evaluator_train import confusion, steps_per_epoch
+from raypipe.methods.crag.evaluator_train import confusion, steps_per_epoch, suggest_thresholds
 from raypipe.retrieval.types import Hit
 
 
@@ -75,6 +75,19 @@ def test_confusion_matrix_and_accuracy():
     assert out["confusion"] == {"relevant": {"relevant": 1, "irrelevant": 1},
                                 "irrelevant": {"relevant": 1, "irrelevant": 2}}
     assert out["accuracy"] == pytest.approx(3 / 5)
+
+
+def test_suggested_thresholds_bound_the_errors_of_each_action():
+    negatives = [-0.7 + 0.007 * i for i in range(100)]  # -0.7 .. -0.007
+    positives = [-0.5 + 0.01 * i for i in range(40)]  # -0.5 .. -0.11
+    got = suggest_thresholds(positives, negatives)
+    # upper: at most 1 negative (1%) at or above it; lower: at most 2 positives (5%) below it
+    assert got == {"upper": -0.01, "lower": -0.48}
+    assert sum(n >= got["upper"] for n in negatives) <= 1 and sum(p < got["lower"] for p in positives) <= 2
+    assert sum(n >= got["upper"] - 0.01 for n in negatives) > 1  # the lowest such value on the grid
+    # scores squashed so that positives overlap negatives: lower is clamped to upper
+    assert suggest_thresholds([-0.9, -0.8], [0.2, 0.3])["lower"] <= suggest_thresholds([-0.9, -0.8], [0.2, 0.3])["upper"]
+    assert suggest_thresholds([], [0.1]) is None
 
 
 def test_steps_per_epoch():

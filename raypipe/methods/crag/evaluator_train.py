@@ -191,6 +191,23 @@ def confusion(scores: list[float], labels: list[float], threshold: float = 0.0) 
                           "irrelevant": {"relevant": fp, "irrelevant": tn}}}
 
 
+def suggest_thresholds(positives: list[float], negatives: list[float], negatives_above: float = 0.01,
+                       positives_below: float = 0.05) -> dict[str, float] | None:
+    """Trigger thresholds fitted to this evaluator's held-out scores, on a 0.01 grid: `upper` the lowest
+    with at most `negatives_above` of the negatives at or above it (Correct is then rarely wrong),
+    `lower` the highest with at most `positives_below` of the positives below it (Incorrect then rarely
+    drops a relevant document). The paper's values (App. B.3) fit its T5-large evaluator; a smaller or
+    shorter-trained one squashes its scores towards 0, so that no score reaches them and every input
+    turns Ambiguous."""
+    if not positives or not negatives:
+        return None
+    neg, pos = sorted(negatives), sorted(positives)
+    upper = math.floor(neg[len(neg) - math.floor(negatives_above * len(neg)) - 1] * 100) / 100 + 0.01
+    lower = math.floor(pos[math.floor(positives_below * len(pos))] * 100) / 100
+    upper = min(1.0, round(upper, 2))
+    return {"upper": upper, "lower": max(-1.0, min(round(lower, 2), upper))}
+
+
 def report(evaluator: CrossEncoderEvaluator, heldout: Path, upper: float, lower: float) -> dict[str, Any]:
     """Held-out accuracy (Table 4), per negative kind, and where scores fall against the trigger's
     thresholds (the share of positives >= upper, of negatives < lower)."""
@@ -207,7 +224,8 @@ def report(evaluator: CrossEncoderEvaluator, heldout: Path, upper: float, lower:
     neg = [s for s, y in zip(scores, labels, strict=True) if y < 0]
     out["thresholds"] = {"upper": upper, "lower": lower,
                          "positives_at_or_above_upper": sum(s >= upper for s in pos) / len(pos) if pos else None,
-                         "negatives_below_lower": sum(s < lower for s in neg) / len(neg) if neg else None}
+                         "negatives_below_lower": sum(s < lower for s in neg) / len(neg) if neg else None,
+                         "suggested": suggest_thresholds(pos, neg)}
     return out
 
 

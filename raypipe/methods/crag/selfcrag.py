@@ -51,6 +51,11 @@ class KnowledgeSearcher:
                 self.knowledge[i] = knowledge
         return [self._passages(self.knowledge[i]) for i in owners]
 
+    def knowledge_of(self, i: int) -> Knowledge | None:
+        """Request i's knowledge: requests with the same retrieval text share one corrective pass,
+        recorded under the first of them."""
+        return self.knowledge.get(self._request_of(self.texts[i]))
+
     @staticmethod
     def _passages(knowledge: Knowledge) -> list[Passage]:
         if not knowledge.text:
@@ -85,7 +90,7 @@ class SelfCRAG(Method[SelfCRAGSettings]):
         results = _Decoding(self.engine, searcher, self.groups, settings, top_k).run(requests)
         if searcher is not None:
             for i, result in enumerate(results):
-                knowledge = searcher.knowledge.get(i)
+                knowledge = searcher.knowledge_of(i)
                 result.trace["crag"] = knowledge.as_dict() if knowledge else None
         return results
 

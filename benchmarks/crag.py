@@ -1,0 +1,229 @@
+"""CRAG's costs, in one run (CRAG Table 6: RAG 0.363 s, CRAG 0.512 s, Self-RAG 0.741 s, Self-CRAG
+0.908 s per instance, i.e. CRAG/RAG 1.41, Self-CRAG/Self-RAG 1.23, Self-RAG/RAG 2.04):
+
+1. the retrieval evaluator scoring the (question, document) pairs of the held-out QA questions'
+   top-K, batched (`crag.evaluator.batch_size` pairs per forward pass, one call) vs one pair per call
+   -> `evaluator_batched_vs_single` (pairs/s ratio; target >= 5);
+2. `crag` vs `rag` over the same questions, same retriever, same plain generator (the instruct LM
+   `crag.lm`), same batches -> `crag_vs_rag_time_ratio` (seconds per instance; goal <= 1.2);
+3. `selfcrag` vs `selfrag` (retrieval `always`) and `selfrag` vs `rag` with the Self-RAG generator as
+   RAG's plain generator (`generator: engine`) -> `selfcrag_vs_selfrag_time_ratio` (goal <= 1.2) and
+   `selfrag_vs_rag_time_ratio` (goal <= 1.5). `--generator` names a trained Self-RAG generator;
+   without one the tiny model with random weights stands in (timing only: it never emits EOS, so
+   every continuation runs to its token cap; the result file says which was used).
+
+Each method decodes two questions as a warm-up (first-call allocations, spaCy load), then the
+question set timed; one torch thread throughout.
+
+    python benchmarks/crag.py --run-dir runs/crag     # trained evaluator, SmolLM2, faiss + web index
+    python benchmarks/crag.py --run-dir runs/crag --set methods.crag.upper=0.1 ...   # any override
+    python benchmarks/crag.py --quick                 # < 1 min: small world, keyword search, untrained
+                                                      # evaluator head, tiny model as both generators
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks._common import timer, write_result  # noqa: E402
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+logger = logging.getLogger("benchmarks.crag")
+
+PAPER = {"crag_vs_rag": 0.512 / 0.363, "selfcrag_vs_selfrag": 0.908 / 0.741, "selfrag_vs_rag": 0.741 / 0.363}
+TARGETS = {"evaluator_batched_vs_single": 5.0, "crag_vs_rag_time_ratio": 1.2,
+           "selfcrag_vs_selfrag_time_ratio": 1.2, "selfrag_vs_rag_time_ratio": 1.5}
+
+
+class KeywordSearcher:
+    """Word-overlap search over passages (the quick run has no faiss index)."""
+
+    def __init__(self, passages: list[dict]):
+        self.passages = [SimpleNamespace(**p) for p in passages]
+        self.words = [set(f"{p.title} {p.text}".lower().split()) for p in self.passages]
+
+    def search(self, queries, k):
+        out = []
+        for query in queries:
+            q = set(query.lower().split())
+            ranked = sorted(range(len(self.passages)), key=lambda i: (-len(q & self.words[i]), i))
+            out.append([self.passages[i] for i in ranked[:k]])
+        return out
+
+
+def untrained_evaluator(folder: Path) -> Path:
+    """An evaluator folder with all-MiniLM-L6-v2 and a fresh head (timing only: scores are noise)."""
+    from raypipe.methods.crag.evaluator import MANIFEST, OUTPUT, load_cross_encoder
+    from raypipe.models import minilm_path
+
+    model, tokenizer = load_cross_encoder(minilm_path())
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    (folder / MANIFEST).write_text(json.dumps({"kind": "crag-retrieval-evaluator", "output": OUTPUT,
+                                               "base_model": "untrained (benchmark)"}))
+    return folder
+
+
+def tiny_generator(work: Path, world: Path) -> Path:
+    from raypipe.config import TinyModelConfig
+    from raypipe.models import build_tiny_model, world_texts
+
+    cfg = TinyModelConfig(out_dir=str(work / "tiny"), tokenizer_train_texts=1000)
+    return build_tiny_model(cfg, world_texts(world, limit=cfg.tokenizer_train_texts), work / "tiny")
+
+
+def quick_tools(work: Path, cfg):
+    """A small world searched by keywords, the untrained evaluator, the tiny model as LM and engine."""
+    import pyarrow.parquet as pq
+
+    from raypipe.config import EngineConfig, WorldConfig
+    from raypipe.data.world import synthesize
+    from raypipe.inference.engines import make_engine
+    from raypipe.methods.base import Tools
+    from raypipe.methods.crag.evaluator import CrossEncoderEvaluator
+
+    world = work / "world"
+    synthesize(WorldConfig(out_dir=str(world), instances=200, seed=0, eval_instances=12))
+    tiny = tiny_generator(work, world)
+    engine = make_engine(str(tiny), EngineConfig(kind="hf", batch_size=16))
+    evaluator = CrossEncoderEvaluator(untrained_evaluator(work / "evaluator"),
+                                      batch_size=cfg.crag.evaluator.batch_size, device="cpu")
+    tools = Tools(engine=engine, lm=engine, evaluator=evaluator,
+                  retriever=KeywordSearcher(pq.read_table(world / "passages").to_pylist()),
+                  web=KeywordSearcher(pq.read_table(world / "web" / "passages").to_pylist()))
+    return tools, world / "eval", "tiny untrained (quick)", "tiny untrained (quick)"
+
+
+def full_tools(work: Path, cfg, generator: str | None):
+    """The run's dense retriever, web index, trained evaluator and instruct LM; the Self-RAG
+    generator of `--generator`, or the tiny model with random weights."""
+    from raypipe.eval.predict import load_tools
+    from raypipe.inference.engines import make_engine
+
+    used = {"retriever", "web", "evaluator", "lm"}
+    tools = load_tools(used, cfg.eval.generator, cfg.engine.model_copy(update={"kind": "hf"}), cfg.retrieval,
+                       crag=cfg.crag.model_copy(update={"evaluator": cfg.crag.evaluator.model_copy(
+                           update={"device": "cpu"})}))
+    world = Path(cfg.world.out_dir)
+    gen_path = Path(generator) if generator else tiny_generator(work, world)
+    tools.engine = make_engine(str(gen_path), cfg.engine.model_copy(update={"kind": "hf"}))
+    return tools, world / "eval", cfg.crag.lm, str(gen_path) if generator else "tiny, random weights (none trained)"
+
+
+def requests_of(eval_dir: Path, limit: int):
+    from raypipe.eval.datasets import read_eval_set
+
+    items, _ = read_eval_set(eval_dir / "heldout_qa.jsonl", Path(tempfile.mkdtemp()), limit)
+    return [item.request() for item in items]
+
+
+def evaluator_pairs(tools, requests, top_k: int) -> list[tuple[str, str]]:
+    from raypipe.methods.crag.evaluator_data import as_document
+
+    docs = tools.retriever.search([r.retrieval_text() for r in requests], top_k)
+    return [(r.retrieval_text(), as_document(d.title, d.text)) for r, ds in zip(requests, docs, strict=True)
+            for d in ds]
+
+
+def batched_vs_single(evaluator, pairs: list[tuple[str, str]], single: int) -> dict:
+    evaluator.score(pairs[:4])  # warm-up
+    with timer() as t_b:
+        evaluator.score(pairs)
+    sample = pairs[:: max(1, len(pairs) // single)][:single]
+    with timer() as t_s:
+        for pair in sample:
+            evaluator.score([pair])
+    batched, one = len(pairs) / t_b.seconds, len(sample) / t_s.seconds
+    return {"batched": {"pairs": len(pairs), "batch_size": evaluator.batch_size, "seconds": round(t_b.seconds, 3),
+                        "pairs_per_s": round(batched, 2)},
+            "single": {"pairs": len(sample), "seconds": round(t_s.seconds, 3), "pairs_per_s": round(one, 2)},
+            "evaluator_batched_vs_single": batched / one}
+
+
+def time_method(method, settings, batches, top_k: int) -> tuple[float, list]:
+    """A warm-up batch, then the timed pass over all batches; (seconds, results of the timed pass)."""
+    method.decode(batches[0][:2], settings, top_k)
+    with timer() as t:
+        results = [r for b in batches for r in method.decode(b, settings, top_k)]
+    return t.seconds, results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small sizes, finishes in under a minute")
+    parser.add_argument("--run-dir", default="runs/crag", help="the run (world, indexes, evaluator, crag.lm)")
+    parser.add_argument("-c", "--config", help="raypipe config; --run-dir is applied on top")
+    parser.add_argument("--generator", help="a trained Self-RAG generator (default: tiny, random weights)")
+    parser.add_argument("--limit", type=int, default=None, help="held-out QA questions")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--set", action="append", default=[], help="config override, as `raypipe --set`")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+
+    import torch
+
+    from raypipe.config import load_config
+    from raypipe.methods.crag.methods import CRAG, RAG
+    from raypipe.methods.crag.selfcrag import SelfCRAG
+    from raypipe.methods.selfrag.search import SelfRAG
+
+    torch.set_num_threads(1)
+    cfg = load_config(args.config, ([] if args.quick else [f"run_dir={args.run_dir}"]) + args.set)
+    with tempfile.TemporaryDirectory(prefix="bench_crag_") as tmp:
+        if args.quick:
+            tools, eval_dir, lm_name, gen_name = quick_tools(Path(tmp), cfg)
+            limit, tokens, single = args.limit or 8, 8, 24
+        else:
+            tools, eval_dir, lm_name, gen_name = full_tools(Path(tmp), cfg, args.generator)
+            limit, tokens, single = args.limit or 16, cfg.methods.crag.max_new_tokens, 48
+        requests = requests_of(eval_dir, limit)
+        top_k = cfg.retrieval.top_k
+        ev = batched_vs_single(tools.evaluator, evaluator_pairs(tools, requests, top_k), single)
+        batches = [requests[i:i + args.batch_size] for i in range(0, len(requests), args.batch_size)]
+        rag_lm = cfg.methods.rag.model_copy(update={"generator": "lm", "max_new_tokens": tokens})
+        crag_lm = cfg.methods.crag.model_copy(update={"generator": "lm", "max_new_tokens": tokens})
+        rag_engine = rag_lm.model_copy(update={"generator": "engine"})
+        sr_tokens = {"max_new_tokens": min(tokens, cfg.methods.selfrag.max_new_tokens)} if args.quick else {}
+        selfrag = cfg.methods.selfrag.model_copy(update={"mode": "always", **sr_tokens})
+        selfcrag = cfg.methods.selfcrag.model_copy(update={"mode": "always", **sr_tokens})
+        t_rag, _ = time_method(RAG(tools), rag_lm, batches, top_k)
+        t_crag, crag_results = time_method(CRAG(tools), crag_lm, batches, top_k)
+        t_rag_engine, _ = time_method(RAG(tools), rag_engine, batches, top_k)
+        t_selfrag, _ = time_method(SelfRAG(tools), selfrag, batches, top_k)
+        t_selfcrag, _ = time_method(SelfCRAG(tools), selfcrag, batches, top_k)
+    n = len(requests)
+    actions = Counter(r.trace["crag"]["action"] for r in crag_results)
+    per = {k: v / n for k, v in {"rag_lm": t_rag, "crag_lm": t_crag, "rag_engine": t_rag_engine,
+                                 "selfrag": t_selfrag, "selfcrag": t_selfcrag}.items()}
+    payload = {
+        "mode": "quick" if args.quick else "full",
+        "instances": n, "top_k": top_k, "batch_size": args.batch_size,
+        "evaluator_batched_vs_single": ev.pop("evaluator_batched_vs_single"), "evaluator": ev,
+        "crag_vs_rag_time_ratio": t_crag / t_rag,
+        "selfcrag_vs_selfrag_time_ratio": t_selfcrag / t_selfrag,
+        "selfrag_vs_rag_time_ratio": t_selfrag / t_rag_engine,
+        "seconds_per_instance": per,
+        "crag_actions": dict(actions),
+        "plain_generator": str(lm_name), "selfrag_generator": gen_name,
+        "max_new_tokens": tokens, "selfrag_settings": selfrag.model_dump(),
+        "paper_table6": {k: round(v, 3) for k, v in PAPER.items()}, "targets": TARGETS,
+    }
+    path = write_result("crag", payload)
+    keys = ("evaluator_batched_vs_single", "crag_vs_rag_time_ratio", "selfcrag_vs_selfrag_time_ratio",
+            "selfrag_vs_rag_time_ratio")
+    print(json.dumps({k: round(payload[k], 3) for k in keys}))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
