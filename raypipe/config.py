@@ -309,6 +309,9 @@ class TrajectoryConfig(Section):
     max_kept: int = Field(2000, ge=1)
     #: show the top-K in a seeded random order ("to avoid order bias", §"Data Generation")
     shuffle: bool = True
+    #: biography questions about held-out people written to `<out_dir>/eval/heldout_longform.jsonl`, the
+    #: long-form eval set (EM recall, citation recall and precision); 0 = none
+    longform_eval: int = Field(100, ge=0)
     qc: QualityConfig = QualityConfig()
     #: Ray Data: retrieval actors and questions per batch
     actors: int = Field(1, ge=1)
@@ -356,6 +359,9 @@ class TrainConfig(Section):
     weight_decay: float = Field(0.0, ge=0.0)
     grad_clip: float = Field(1.0, ge=0.0)
     max_length: int = Field(512, ge=8)
+    #: train only on rows whose `dataset` column is listed (D_gen rows carry the world's dataset name,
+    #: e.g. factual_qa, instruct_arith); the others are counted in the stats. None = every row
+    datasets: list[str] | None = None
     #: train only the top N decoder layers (plus the final norm and the output embedding, which holds
     #: the reflection tokens' rows); the lower layers are frozen and the backward pass stops at them,
     #: which on CPU cuts a step's time by about the frozen share of the backward. None = every layer
@@ -801,6 +807,10 @@ class ServeConfig(Section):
     decoder_cpus: float = Field(0.2, gt=0)
     generator_cpus: float = Field(0.5, gt=0)
     retrieval_cpus: float = Field(0.3, gt=0)
+    #: CRAG's deployments, bound only when a served method uses them: the retrieval evaluator and the
+    #: web search source (the instruct LM gets a second Generator deployment, with generator_cpus)
+    evaluator_cpus: float = Field(0.2, gt=0)
+    web_cpus: float = Field(0.1, gt=0)
     #: GPU share of a Generator replica when the cluster has GPUs (then vLLM schedules its own batches)
     generator_gpus: float = Field(1.0, gt=0)
     #: torch threads per Generator / Retrieval replica (one core's worth on a 2-core machine)
@@ -815,6 +825,9 @@ class ServeConfig(Section):
     max_beam_width: int = Field(8, ge=1)
     max_depth_limit: int = Field(8, ge=1)
     max_tokens_limit: int = Field(512, ge=1)
+    #: request body size in bytes at most (413 beyond it), checked on Content-Length and on the bytes
+    #: received before the body is parsed; 1 MiB holds any prompt within max_prompt_chars
+    max_body_bytes: int = Field(1_048_576, ge=1)
     #: environment variable holding the bearer token; unset or empty means no authentication
     auth_token_env: str = "RAYPIPE_SERVE_TOKEN"
 
@@ -945,6 +958,12 @@ class RaypipeConfig(Section):
         for key, rule in DERIVED_PATHS:
             if not _is_set(self, key):
                 _assign(self, key, rule.replace("{run}", run).format_map(_PathLookup(self)))
+            elif "{" in (value := _get(self, key)):
+                # a set path may name run_dir or an earlier path key, e.g. "{lm_import.out_dir}"
+                try:
+                    _assign(self, key, value.replace("{run}", run).format_map(_PathLookup(self)))
+                except (AttributeError, ValueError, IndexError) as exc:
+                    raise ValueError(f"{key}: cannot expand {value!r}: {exc}") from None
         if not _is_set(self, "eval.eval_sets"):
             _assign(self, "eval.eval_sets", [f"{self.world.out_dir}/eval/{name}" for name in HELDOUT_SETS])
         if self.serve.default_method not in self.serve.methods:

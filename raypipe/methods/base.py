@@ -136,6 +136,7 @@ class Method(ABC, Generic[C]):
         """Answer `requests` in lock step under `settings`, retrieving `top_k` documents per search."""
 
     @classmethod
-    def variants(cls, settings: C) -> list[Variant]:
-        """The settings eval runs for this method: its own sweeps (default: `settings` alone)."""
+    def variants(cls, settings: C, sweeps: Any = None) -> list[Variant]:
+        """The settings eval runs for this method under its `eval.sweeps.<name>` section (None when it
+        has none): its own sweeps (default: `settings` alone)."""
         return [Variant(cls.name, cls.name, "method", cls.name, settings)]

@@ -85,14 +85,22 @@ def _order_key(seed: int, row: dict[str, Any]) -> int:
 
 
 def encode_table(batch: pa.Table, *, tokenizer_path: str, mask: list[str], max_length: int,
-                 seed: int) -> pa.Table:
+                 seed: int, datasets: list[str] | None = None) -> pa.Table:
     """Ray Data batch function: rows of either shape -> id, path, input_ids, labels, counters, order,
-    and `reject` (empty, or why the row cannot be trained on)."""
+    `reject` (empty, or why the row cannot be trained on) and `selected` (0 for a row whose `dataset`
+    is not among `datasets`: left out by choice, counted, not encoded)."""
     tokenizer = _tokenizer(tokenizer_path)
     rows = batch.to_pylist()
     encoded: list[EncodedExample] = []
     rejects: list[str] = []
+    selected: list[int] = []
     for row in rows:
+        chosen = datasets is None or row.get("dataset") in datasets
+        selected.append(int(chosen))
+        if not chosen:
+            encoded.append(EncodedExample([], [], truncated=False))
+            rejects.append("")
+            continue
         try:
             example = encode_row(row, tokenizer, mask, max_length)
             reject = "" if example.n_loss_tokens else f"{NO_LOSS}: nothing left after truncation to {max_length}"
@@ -110,6 +118,7 @@ def encode_table(batch: pa.Table, *, tokenizer_path: str, mask: list[str], max_l
         "truncated": pa.array([int(e.truncated) for e in encoded], pa.int64()),
         "rejected": pa.array([int(bool(r)) for r in rejects], pa.int64()),
         "reject": pa.array(rejects, pa.string()),
+        "selected": pa.array(selected, pa.int64()),
         "order": pa.array([_order_key(seed, r) for r in rows], pa.int64()),
     })
 
@@ -127,10 +136,12 @@ def _read(files: list[Path]) -> Any:
 
 
 def encode_dataset(data: str, tokenizer_path: str, mask: list[str], max_length: int, seed: int,
-                   num_workers: int, rejects_path: Path) -> tuple[Any, dict[str, Any]]:
+                   num_workers: int, rejects_path: Path,
+                   datasets: list[str] | None = None) -> tuple[Any, dict[str, Any]]:
     """The materialized, encoded, deterministically ordered training set and its encoding stats.
 
-    Malformed rows (no target, an unclosed <paragraph>) and rows left with no loss token after
+    With `datasets`, only rows whose `dataset` column is listed are trained on; the others are
+    counted (`rows_not_selected`). Malformed rows (no target, an unclosed <paragraph>) and rows left with no loss token after
     truncation (a prompt longer than max_length, which would make the loss NaN) go to `rejects_path`
     with the reason and are counted by reason.
     """
@@ -139,25 +150,30 @@ def encode_dataset(data: str, tokenizer_path: str, mask: list[str], max_length: 
     ds.context.execution_options.preserve_order = True
     ds = ds.map_batches(encode_table, batch_format="pyarrow", zero_copy_batch=True,
                         fn_kwargs={"tokenizer_path": tokenizer_path, "mask": list(mask),
-                                   "max_length": max_length, "seed": seed})
+                                   "max_length": max_length, "seed": seed,
+                                   "datasets": list(datasets) if datasets is not None else None})
     encoded = ds.materialize()
     rows = encoded.count()
-    sums = encoded.sum(["n_tokens", "n_loss_tokens", "truncated", "rejected"]) if rows else {}
+    sums = encoded.sum(["n_tokens", "n_loss_tokens", "truncated", "rejected", "selected"]) if rows else {}
     rejects: list[dict[str, Any]] = []
     if sums.get("sum(rejected)"):
         rejects = encoded.filter(expr="rejected == 1").select_columns(["id", "path", "reject"]).take_all()
         write_jsonl(({"id": r["id"], "file": r["path"], "reason": r["reject"]} for r in rejects), rejects_path)
         logger.warning("%d rows rejected; ids and reasons in %s", len(rejects), rejects_path)
-    kept = rows - len(rejects)
+    not_selected = rows - int(sums.get("sum(selected)", 0))
+    kept = rows - len(rejects) - not_selected
     if kept == 0:
-        raise DataError(f"no row can be trained on; reasons in {rejects_path}" if rows else "no rows", file=data)
-    train = (encoded.filter(expr="rejected == 0").sort("order")
+        why = (f"none of the {rows} rows has a dataset among {datasets}" if not_selected == rows
+               else f"no row can be trained on; reasons in {rejects_path}")
+        raise DataError(why if rows else "no rows", file=data)
+    train = (encoded.filter(expr="rejected == 0 and selected == 1").sort("order")
              .repartition(max(1, min(kept, num_workers * BLOCKS_PER_WORKER)))
              .select_columns(["id", "input_ids", "labels"]).materialize())
     reasons = Counter(r["reject"].split(":", 1)[0] for r in rejects)
     stats = {
         "files": len(files), "rows_read": rows, "rows_truncated": int(sums.get("sum(truncated)", 0)),
-        "rows_rejected": {reason: reasons[reason] for reason in (BAD_ROW, NO_LOSS)}, "rows_train": kept,
+        "rows_rejected": {reason: reasons[reason] for reason in (BAD_ROW, NO_LOSS)},
+        "rows_not_selected": not_selected, "rows_train": kept,
         "tokens": int(sums.get("sum(n_tokens)", 0)), "loss_tokens": int(sums.get("sum(n_loss_tokens)", 0)),
     }
     return train, stats

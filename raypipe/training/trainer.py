@@ -90,7 +90,8 @@ class StageData:
 def encode_stage(tc: TrainConfig, stage: TrainStage, base_model: str, work_dir: Path) -> StageData:
     """Encode `tc.data` with the stage's mask (Ray Data tasks) and plan the steps."""
     train_ds, encode_stats = encode_dataset(tc.data, base_model, stage.mask, tc.max_length, tc.seed,
-                                            tc.num_workers, work_dir / "rejects" / f"{stage.name}.jsonl")
+                                            tc.num_workers, work_dir / "rejects" / f"{stage.name}.jsonl",
+                                            datasets=tc.datasets)
     plan = plan_steps(encode_stats["rows_train"], tc.num_workers, tc.micro_batch_size, tc.grad_accum, tc.data)
     return StageData(train_ds, encode_stats, plan)
 

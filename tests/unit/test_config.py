@@ -132,3 +132,13 @@ def test_a_moved_key_names_its_new_place(tmp_path, old, new):
     path.write_text(f"{section}:\n  {leaf}: {value}\n")
     with pytest.raises(ConfigError, match=rf"old\.yaml: {key}: this key moved to {new}"):
         load_config(path)
+
+
+def test_a_set_path_may_name_another_path_key(tmp_path):
+    """configs/demo.yaml trains the generator from "{lm_import.out_dir}", so run_dir moves both."""
+    cfg = load_config(None, ["run_dir=runs/x", 'training.generator.base_model="{lm_import.out_dir}"'])
+    assert cfg.lm_import.out_dir == "runs/x/models/smollm2"
+    assert cfg.training.generator.base_model == "runs/x/models/smollm2"
+    assert cfg.training.critic.base_model == "runs/x/models/base"
+    with pytest.raises(ConfigError, match=r"training.generator.base_model: cannot expand '\{nope.x\}'"):
+        load_config(None, ['training.generator.base_model="{nope.x}"'])

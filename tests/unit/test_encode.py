@@ -204,3 +204,24 @@ def test_bad_rows_name_the_row_field_and_file(tokenizer):
         encode_row({"id": "c1", "prompt": "P", "target": f"{PARAGRAPH_OPEN}x"}, tokenizer, GEN_MASK, 64)
     with pytest.raises(DataError, match="prompt/target or instruction"):
         encode_row({"id": "z", "text": "hello"}, tokenizer, ["prompt"], 64)
+
+
+def test_training_datasets_select_rows_by_their_dataset_column(tiny_model_dir, tokenizer):
+    """`training.*.datasets`: rows of other datasets are marked unselected (counted, not encoded);
+    selected rows encode exactly as encode_row does."""
+    import pyarrow as pa
+
+    from raypipe.training.data import encode_table
+
+    rows = [{**_gen_row(f"{NO_RETRIEVAL}Seven.{UTILITY[4]}"), "id": "a", "dataset": "instruct_arith"},
+            {**_gen_row(f"{NO_RETRIEVAL}A poem.{UTILITY[4]}"), "id": "b", "dataset": "instruct_creative"},
+            {**_gen_row(f"{NO_RETRIEVAL}Ada.{UTILITY[4]}"), "id": "c", "dataset": "factual_qa"}]
+    out = encode_table(pa.Table.from_pylist(rows), tokenizer_path=str(tiny_model_dir), mask=GEN_MASK,
+                       max_length=128, seed=0, datasets=["factual_qa", "instruct_arith"]).to_pylist()
+    assert [r["selected"] for r in out] == [1, 0, 1]
+    assert [r["rejected"] for r in out] == [0, 0, 0]
+    assert out[1]["input_ids"] == [] and out[1]["n_tokens"] == 0
+    assert out[2]["input_ids"] == encode_row(rows[2], tokenizer, GEN_MASK, 128).input_ids
+    everything = encode_table(pa.Table.from_pylist(rows), tokenizer_path=str(tiny_model_dir), mask=GEN_MASK,
+                              max_length=128, seed=0).to_pylist()
+    assert [r["selected"] for r in everything] == [1, 1, 1]

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from raypipe.prompts import format_generator_prompt
@@ -322,12 +322,3 @@ def answers_for(task: Task) -> tuple[str, ...] | None:
     """The closed set of short answers a task accepts (None: free text)."""
     return FACT_ANSWERS if task == "fact" else None
 
-
-@dataclass
-class ParseCounts:
-    """Parse outcomes by reason (`ok` for the trajectories that parsed)."""
-
-    counts: dict[str, int] = field(default_factory=dict)
-
-    def add(self, reason: str) -> None:
-        self.counts[reason] = self.counts.get(reason, 0) + 1

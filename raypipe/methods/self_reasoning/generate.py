@@ -17,6 +17,7 @@ Layout under `trajectories.out_dir`::
     train/part-00000.parquet   id, instance_id, task, negative, prompt, target (kept trajectories)
     trajectories.jsonl         every item: docs, reply, parse outcome, QC verdict
     stats.json                 the funnel
+    eval/heldout_longform.jsonl  the long-form eval set (biographies of held-out people)
     teacher_cache.jsonl        (openai teacher) every reply so far; a rerun skips these ids
     rejects/                   instances that failed validation or have no trajectory task
     _SUCCESS
@@ -49,7 +50,14 @@ from raypipe.methods.self_reasoning.format import (
     format_trajectory,
     parse_trajectory,
 )
-from raypipe.methods.self_reasoning.items import TASK_OF_DATASET, Question, TrajectoryItem, make_item, question_of
+from raypipe.methods.self_reasoning.items import (
+    TASK_OF_DATASET,
+    Question,
+    TrajectoryItem,
+    make_item,
+    question_of,
+)
+from raypipe.methods.self_reasoning.longform import LONGFORM_SET, write_longform_set
 from raypipe.methods.self_reasoning.quality import SupportChecker, make_checker, quality_control
 from raypipe.methods.self_reasoning.teachers import Reply, make_teacher
 from raypipe.retrieval.types import Searcher
@@ -231,6 +239,9 @@ def run_trajectories(cfg: RaypipeConfig, searcher_factory: SearcherFactory | Non
              "kept_per_task": dict(Counter(r["task"] for r in kept)),
              "question_rejects": len(rejects), "instances_read": report.as_dict(),
              "seconds": round(time.perf_counter() - start, 2)}
+    if tc.longform_eval:
+        stats["longform_eval"] = str(write_longform_set(cfg.world, out / "eval" / LONGFORM_SET, tc.longform_eval,
+                                                        tc.seed))
     stats_path.write_text(json.dumps(stats, indent=2) + "\n")
     failed = flow["overall"]["generated"] - flow["overall"]["replied"]
     if failed:

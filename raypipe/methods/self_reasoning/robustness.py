@@ -32,7 +32,7 @@ class NoisySearcher:
     def search(self, queries: list[str], k: int) -> list[Sequence[Passage]]:
         found = [list(hits) for hits in self.inner.search(queries, k)]
         out = []
-        for i, (query, hits) in enumerate(zip(queries, found, strict=True)):
+        for query, hits in zip(queries, found, strict=True):
             rng = random.Random(f"{self.seed}|{query}")
             hits = list(hits)
             n_noisy = math.floor(self.noise_fraction * len(hits) + 0.5)
