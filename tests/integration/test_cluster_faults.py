@@ -39,6 +39,9 @@ _why = netns_unavailable()
 needs_netns = pytest.mark.skipif(_why is not None, reason=f"multi-node fault tests: {_why}")
 
 
+SHARDS, ROWS_PER_SHARD = 12, 10
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     if _why is not None:
@@ -50,7 +53,9 @@ def cluster(tmp_path_factory):
 @pytest.fixture(scope="module")
 def augment_inputs(cluster, world_dir, tiny_model_dir, tmp_path_factory) -> AugmentInputs:
     work = tmp_path_factory.mktemp("augment_inputs")
-    instances = write_instance_shards(world_dir, work / "instances", shards=4, rows_per_shard=10)
+    # enough shards that a fault after the first one still meets a running job on a quiet machine
+    # (with 4 shards the job had finished before the fault landed)
+    instances = write_instance_shards(world_dir, work / "instances", shards=SHARDS, rows_per_shard=ROWS_PER_SHARD)
     index = build_index(cluster, world_dir / "passages", work / "index", work)
     return AugmentInputs(instances, world_dir / "passages", index, tiny_model_dir)
 
@@ -59,7 +64,7 @@ def augment_inputs(cluster, world_dir, tiny_model_dir, tmp_path_factory) -> Augm
 def test_augmentation_survives_a_dead_node_a_partitioned_node_and_a_killed_driver(cluster, augment_inputs, tmp_path):
     reference = augment_clean(cluster, augment_inputs, tmp_path / "reference", tmp_path)
     assert reference["lost"] == reference["duplicates"] == reference["unexpected"] == 0
-    assert reference["rows_out"] == reference["rows_in"] == 40
+    assert reference["rows_out"] == reference["rows_in"] == SHARDS * ROWS_PER_SHARD
     expected = shard_bytes(tmp_path / "reference")
 
     for how in ("kill", "cut"):
