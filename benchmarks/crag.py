@@ -31,11 +31,11 @@ import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
-from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import timer, write_result  # noqa: E402
+from raypipe.retrieval.keyword import KeywordSearcher  # noqa: E402
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 logger = logging.getLogger("benchmarks.crag")
@@ -45,20 +45,6 @@ TARGETS = {"evaluator_batched_vs_single": 5.0, "crag_vs_rag_time_ratio": 1.2,
            "selfcrag_vs_selfrag_time_ratio": 1.2, "selfrag_vs_rag_time_ratio": 1.5}
 
 
-class KeywordSearcher:
-    """Word-overlap search over passages (the quick run has no faiss index)."""
-
-    def __init__(self, passages: list[dict]):
-        self.passages = [SimpleNamespace(**p) for p in passages]
-        self.words = [set(f"{p.title} {p.text}".lower().split()) for p in self.passages]
-
-    def search(self, queries, k):
-        out = []
-        for query in queries:
-            q = set(query.lower().split())
-            ranked = sorted(range(len(self.passages)), key=lambda i: (-len(q & self.words[i]), i))
-            out.append([self.passages[i] for i in ranked[:k]])
-        return out
 
 
 def untrained_evaluator(folder: Path) -> Path:

@@ -21,11 +21,11 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import timer, write_result  # noqa: E402
+from raypipe.retrieval.keyword import KeywordSearcher  # noqa: E402
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 logger = logging.getLogger("benchmarks.self_reasoning")
@@ -33,20 +33,6 @@ logger = logging.getLogger("benchmarks.self_reasoning")
 PAPER_RATIO = 2.19 / 2.08
 
 
-class KeywordRetriever:
-    """Word-overlap search over a world's passages (the quick run has no faiss index)."""
-
-    def __init__(self, passages: list[dict]):
-        self.passages = [SimpleNamespace(**p) for p in passages]
-        self.words = [set(f"{p.title} {p.text}".lower().split()) for p in self.passages]
-
-    def search(self, queries, k):
-        out = []
-        for query in queries:
-            q = set(query.lower().split())
-            ranked = sorted(range(len(self.passages)), key=lambda i: (-len(q & self.words[i]), i))
-            out.append([self.passages[i] for i in ranked[:k]])
-        return out
 
 
 def quick_inputs(work: Path):
@@ -61,7 +47,7 @@ def quick_inputs(work: Path):
     model = work / "model"
     cfg = TinyModelConfig(out_dir=str(model), tokenizer_train_texts=2000)
     build_tiny_model(cfg, world_texts(world, limit=cfg.tokenizer_train_texts), model)
-    return model, KeywordRetriever(pq.read_table(world / "passages").to_pylist()), world / "eval"
+    return model, KeywordSearcher(pq.read_table(world / "passages").to_pylist()), world / "eval"
 
 
 def requests_of(eval_dir: Path, limit: int):

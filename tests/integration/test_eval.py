@@ -3,14 +3,15 @@ passages, the three held-out sets plus a file with bad rows."""
 
 from __future__ import annotations
 
+import functools
 import json
-from types import SimpleNamespace
 
 import pyarrow.parquet as pq
 import pytest
 
 from raypipe.config import RaypipeConfig
 from raypipe.eval.runner import run_eval
+from raypipe.retrieval.keyword import KeywordSearcher
 
 pytestmark = pytest.mark.slow
 
@@ -18,23 +19,8 @@ LIMIT = 4
 
 
 def keyword_retriever_factory(world_dir):
-    """A picklable factory of a word-overlap retriever (stands in for the faiss index)."""
-    rows = pq.read_table(world_dir / "passages").to_pylist()
-
-    class KeywordRetriever:
-        def __init__(self):
-            self.passages = [SimpleNamespace(**row) for row in rows]
-            self.words = [set(f"{p.title} {p.text}".lower().split()) for p in self.passages]
-
-        def search(self, queries, k):
-            out = []
-            for query in queries:
-                q = set(query.lower().split())
-                ranked = sorted(range(len(self.passages)), key=lambda i: (-len(q & self.words[i]), i))
-                out.append([self.passages[i] for i in ranked[:k]])
-            return out
-
-    return KeywordRetriever
+    """A picklable factory of a word-overlap searcher over the world's passages (stands in for the index)."""
+    return functools.partial(KeywordSearcher, pq.read_table(world_dir / "passages").to_pylist())
 
 
 @pytest.fixture(scope="module")
