@@ -998,6 +998,13 @@ def moved_key_errors(data: dict[str, Any], source: str) -> list[str]:
 _ABSENT = object()
 
 
+def _nested(dotted: str, value: Any) -> dict[str, Any]:
+    """`a.b=v` as {"a": {"b": v}}."""
+    out: dict[str, Any] = {}
+    _set_path(out, dotted, value, "--set")
+    return out
+
+
 def _set_path(data: dict[str, Any], dotted: str, value: Any, source: str) -> None:
     keys = dotted.split(".")
     node = data
@@ -1039,12 +1046,14 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         if not isinstance(loaded, dict):
             raise ConfigError(f"{p}: top level must be a mapping, got {type(loaded).__name__}")
         data = loaded
+    moved = moved_key_errors(data, source)
     set_by: dict[tuple[str, ...], str] = {}
     for item in overrides:
         key, value = parse_override(item)
+        moved += [line.replace(f"<set>: {key}:", f"--set {item}:")
+                  for line in moved_key_errors(_nested(key, value), "<set>")]
         _set_path(data, key, value, f"{source} (--set {item})")
         set_by[tuple(key.split("."))] = item
-    moved = moved_key_errors(data, source)
     if moved:
         raise ConfigError("\n".join(moved))
     try:

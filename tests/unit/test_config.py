@@ -142,3 +142,11 @@ def test_a_set_path_may_name_another_path_key(tmp_path):
     assert cfg.training.critic.base_model == "runs/x/models/base"
     with pytest.raises(ConfigError, match=r"training.generator.base_model: cannot expand '\{nope.x\}'"):
         load_config(None, ['training.generator.base_model="{nope.x}"'])
+
+
+def test_a_moved_key_from_set_blames_the_set_not_the_file(tmp_path):
+    path = tmp_path / "ok.yaml"
+    path.write_text("world:\n  instances: 10\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path, ["decode.top_k=3"])
+    assert str(err.value) == "--set decode.top_k=3: this key moved to retrieval.top_k"
