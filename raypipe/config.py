@@ -748,6 +748,10 @@ class EvalConfig(Section):
     sweeps: SweepsConfig = SweepsConfig()
     #: rows per eval set at most (the first ones); None = all
     limit: int | None = Field(None, ge=1)
+    #: where retrieval reads passages during eval: `retriever` (the configured index), `ctxs` (each row's
+    #: own pre-retrieved passages, as the papers' released eval files carry them; a file without them is
+    #: an error), `auto` (a file's own passages when its rows carry them, else the index)
+    passages: Literal["retriever", "ctxs", "auto"] = "auto"
     #: decoding actors in the Ray Data actor pool, each holding the generator and the retriever
     actors: int = Field(1, ge=1)
     #: eval rows per actor call (their beams and passages share engine batches)

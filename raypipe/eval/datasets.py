@@ -1,4 +1,5 @@
-"""Eval sets: jsonl rows of four shapes, validated into decoding requests with their gold answers.
+"""Eval sets: jsonl rows (or a JSON list) of these shapes, validated into decoding requests with their
+gold answers.
 
 - short-form QA (PopQA/TriviaQA-like): {"id", "question", "answers": [str, ...]}
 - fact verification (PubHealth-like): {"id", "claim", "label": "true" | "false"}
@@ -6,6 +7,9 @@
 - an instruction that needs no retrieval (arithmetic, string, creative; Alpaca-like):
   {"id", "instruction", "input"?: str, "answers": [str, ...]}; `answers` may be empty (a creative
   task has no one answer): such items count for retrieval frequency, not accuracy
+- the papers' released files as released (`raypipe.eval.released`: PopQA, TriviaQA, PubHealth,
+  ARC-Challenge, ASQA, bio), with their pre-retrieved passages (`ctxs`), which an item then carries
+  and retrieval returns instead of the index's (`eval.passages`)
 The shape is recognised per row, so one file may mix them. Prompts follow the paper's Table 5 and the
 synthetic world's training instances (QA: the question is the instruction; closed-set tasks: a task
 instruction with the claim or the question and its lettered choices as input). Bad rows go to
@@ -16,27 +20,45 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from raypipe.data.io import ReadReport, write_jsonl
 from raypipe.data.world_tasks import FACT_INSTRUCTION, MC_INSTRUCTION
 from raypipe.errors import DataError
+from raypipe.eval.released import (
+    VERDICTS,
+    FileShape,
+    PassageSource,
+    asqa_fields,
+    bio_fields,
+    choice_letter,
+    file_shape,
+    is_released_choices,
+    released_choices,
+    row_id,
+    row_passages,
+    short_answers,
+    verdict,
+)
+from raypipe.eval.rows import Reject, read_rows, text_field
 from raypipe.methods.base import MethodRequest
 from raypipe.methods.closed_set import Option, choice_options, verdict_options
 from raypipe.prompts import format_choices
+from raypipe.retrieval.types import Hit
 
 logger = logging.getLogger(__name__)
 
-Task = Literal["qa", "fact", "mc", "instruction"]
-VERDICTS = ("true", "false")
+#: `longform`: ASQA and bio, not judged here (their scorers run outside; see `raypipe.eval.released`)
+Task = Literal["qa", "fact", "mc", "instruction", "longform"]
 
 
 @dataclass(frozen=True)
 class EvalItem:
-    """One eval question. `golds`: the accepted answers (qa), the label (fact), the answer key (mc) or
-    the exact answer of an instruction (none for creative ones: not judged)."""
+    """One eval question. `golds`: the accepted answers (qa), the label (fact), the answer key (mc),
+    the exact answer of an instruction (none for creative ones: not judged) or a long-form item's
+    references for an outside scorer (not judged here)."""
 
     id: str
     set: str
@@ -45,6 +67,8 @@ class EvalItem:
     input: str
     golds: tuple[str, ...]
     choices: dict[str, str] = field(default_factory=dict)
+    #: the row's own passages in file order (a released file's `ctxs`); None: retrieval uses the index
+    passages: tuple[Hit, ...] | None = None
 
     def options(self) -> tuple[Option, ...]:
         if self.task == "fact":
@@ -56,8 +80,9 @@ class EvalItem:
     def request(self) -> MethodRequest:
         """Closed-set items retrieve with their input (the claim, or the question with its choices):
         on the held-out splits of a 12k world that finds the entity's passage first for 80% (fact)
-        and 85% (mc) of items, against 74% and 81% with the shared task instruction in front."""
-        query = self.input if self.task in ("fact", "mc") else None
+        and 85% (mc) of items, against 74% and 81% with the shared task instruction in front. A
+        long-form item with an input (ASQA) retrieves with it, its question, as Self-RAG does."""
+        query = self.input if self.task in ("fact", "mc") or (self.task == "longform" and self.input) else None
         return MethodRequest(self.instruction, self.input, self.options(), query=query)
 
     def to_json(self) -> str:
@@ -66,115 +91,110 @@ class EvalItem:
     @classmethod
     def from_json(cls, text: str) -> EvalItem:
         data = json.loads(text)
-        return cls(**{**data, "golds": tuple(data["golds"])})
+        passages = data.get("passages")
+        return cls(**{**data, "golds": tuple(data["golds"]),
+                      "passages": None if passages is None else tuple(Hit(**p) for p in passages)})
 
 
-class _Reject(Exception):
-    def __init__(self, reason: str, field_name: str | None, detail: str):
-        super().__init__(detail)
-        self.reason, self.field = reason, field_name
+PLAIN = FileShape()
 
 
-def _text(row: dict[str, Any], name: str) -> str:
-    if name not in row or row[name] is None:
-        raise _Reject("missing_field", name, f"required field {name!r} is missing")
-    value = row[name]
-    if not isinstance(value, str):
-        raise _Reject("wrong_type", name, f"{name!r} must be a string, got {type(value).__name__}")
-    if not value.strip():
-        raise _Reject("empty_field", name, f"{name!r} is empty")
-    return value
-
-
-def parse_item(row: Any, set_name: str) -> EvalItem:
-    """An `EvalItem` from one row; raises `_Reject` naming the reason and field."""
+def parse_item(row: Any, set_name: str, shape: FileShape = PLAIN, position: int = 0) -> EvalItem:
+    """An `EvalItem` from one row (the `position`-th of a file of this `shape`); raises `Reject` naming
+    the reason and field."""
     if not isinstance(row, dict):
-        raise _Reject("malformed_json", None, f"expected a JSON object, got {type(row).__name__}")
-    item_id = _text(row, "id")
+        raise Reject("malformed_json", None, f"expected a JSON object, got {type(row).__name__}")
+    item_id = row_id(row, shape, position)
+    item = _task_item(row, item_id, set_name, shape)
+    if shape.passages_field is None:
+        return item
+    return replace(item, passages=row_passages(row, shape.passages_field, item_id))
+
+
+def _task_item(row: dict[str, Any], item_id: str, set_name: str, shape: FileShape) -> EvalItem:
     if "claim" in row:
-        label = _text(row, "label").strip().lower()
+        label = text_field(row, "label").strip().lower()
         if label not in VERDICTS:
-            raise _Reject("bad_label", "label", f"label must be one of {VERDICTS}, got {row['label']!r}")
-        return EvalItem(item_id, set_name, "fact", FACT_INSTRUCTION, _text(row, "claim"), (label,))
+            raise Reject("bad_label", "label", f"label must be one of {VERDICTS}, got {row['label']!r}")
+        return EvalItem(item_id, set_name, "fact", FACT_INSTRUCTION, text_field(row, "claim"), (label,))
     if "choices" in row:
-        choices = row["choices"]
-        if not isinstance(choices, dict) or not choices:
-            raise _Reject("wrong_type", "choices", "choices must be a non-empty object of letter -> text")
-        for key in choices:
-            _text(choices, key)
-        key = _text(row, "answerKey")
-        if key not in choices:
-            raise _Reject("bad_label", "answerKey", f"answerKey {key!r} is not one of {list(choices)}")
-        question = _text(row, "question")
-        return EvalItem(item_id, set_name, "mc", MC_INSTRUCTION, format_choices(question, choices), (key,), dict(choices))
+        return _choice_item(row, item_id, set_name)
+    if "qa_pairs" in row:
+        instruction, question, golds = asqa_fields(row)
+        return EvalItem(item_id, set_name, "longform", instruction, question, golds)
+    if "topic" in row:
+        prompt, golds = bio_fields(row)
+        return EvalItem(item_id, set_name, "longform", prompt, "", golds)
     if "instruction" in row:
         return _instruction_item(row, item_id, set_name)
-    if "answers" in row:
-        answers = row["answers"]
-        if not isinstance(answers, list) or not answers or not all(isinstance(a, str) and a.strip() for a in answers):
-            raise _Reject("wrong_type", "answers", "answers must be a non-empty list of non-empty strings")
-        return EvalItem(item_id, set_name, "qa", _text(row, "question"), "", tuple(answers))
-    raise _Reject("unknown_shape", None, "expected question + answers, claim + label, question + choices + "
-                  "answerKey, or instruction + answers")
+    if "answers" in row or "answer" in row:
+        answers = short_answers(row)
+        if shape.verdicts:
+            return EvalItem(item_id, set_name, "fact", FACT_INSTRUCTION, text_field(row, "question"), (verdict(row),))
+        return EvalItem(item_id, set_name, "qa", text_field(row, "question"), "", tuple(answers))
+    raise Reject("unknown_shape", None, "expected question + answers, claim + label, question + choices + "
+                 "answerKey, instruction + answers, or a long-form question + qa_pairs or input + topic")
+
+
+def _choice_item(row: dict[str, Any], item_id: str, set_name: str) -> EvalItem:
+    """A multiple-choice row: choices as letter -> text, or ARC's released {"text": [...], "label": [...]}."""
+    choices = row["choices"]
+    if is_released_choices(choices):
+        choices = released_choices(choices)
+        key = choice_letter(text_field(row, "answerKey").strip())
+    else:
+        if not isinstance(choices, dict) or not choices:
+            raise Reject("wrong_type", "choices", "choices must be a non-empty object of letter -> text")
+        for letter in choices:
+            text_field(choices, letter)
+        key = text_field(row, "answerKey")
+    if key not in choices:
+        raise Reject("bad_label", "answerKey", f"answerKey {key!r} is not one of {list(choices)}")
+    question = text_field(row, "question")
+    return EvalItem(item_id, set_name, "mc", MC_INSTRUCTION, format_choices(question, choices), (key,), dict(choices))
 
 
 def _instruction_item(row: dict[str, Any], item_id: str, set_name: str) -> EvalItem:
     """An instruction row; `answers` must be present (an empty list says "not judged" on purpose)."""
     if "answers" not in row:
-        raise _Reject("missing_field", "answers", "required field 'answers' is missing (use [] for an "
+        raise Reject("missing_field", "answers", "required field 'answers' is missing (use [] for an "
                       "instruction with no one answer)")
     answers = row["answers"]
     if not isinstance(answers, list) or not all(isinstance(a, str) and a.strip() for a in answers):
-        raise _Reject("wrong_type", "answers", "answers must be a list of non-empty strings")
+        raise Reject("wrong_type", "answers", "answers must be a list of non-empty strings")
     inp = row.get("input") or ""
     if not isinstance(inp, str):
-        raise _Reject("wrong_type", "input", f"'input' must be a string, got {type(inp).__name__}")
-    return EvalItem(item_id, set_name, "instruction", _text(row, "instruction"), inp, tuple(answers))
+        raise Reject("wrong_type", "input", f"'input' must be a string, got {type(inp).__name__}")
+    return EvalItem(item_id, set_name, "instruction", text_field(row, "instruction"), inp, tuple(answers))
 
 
-def _lines(path: Path) -> list[tuple[int, str | None, str]]:
-    """(line number, text or None when not UTF-8, raw) of each non-blank line."""
-    out = []
-    with path.open("rb") as fh:
-        for number, raw in enumerate(fh, start=1):
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                out.append((number, None, raw.decode("utf-8", errors="backslashreplace").rstrip("\r\n")))
-                continue
-            if text.strip():
-                out.append((number, text, text.rstrip("\r\n")))
-    return out
-
-
-def read_eval_set(path: str | Path, rejects_dir: str | Path, limit: int | None = None) -> tuple[list[EvalItem], ReadReport]:
-    """The valid rows of one jsonl file (the first `limit` of them) and what was rejected, by reason."""
+def read_eval_set(path: str | Path, rejects_dir: str | Path, limit: int | None = None,
+                  passages: PassageSource = "auto") -> tuple[list[EvalItem], ReadReport]:
+    """The valid rows of one file (the first `limit` of them) and what was rejected, by reason.
+    `passages` is `eval.passages`: whether items carry the file's own passages."""
     path = Path(path)
     if not path.is_file():
         raise DataError("eval set not found", file=str(path))
     report = ReadReport(path=str(path), kind="eval")
+    rows = read_rows(path)
+    shape = file_shape([r.value for r in rows if r.problem is None], passages, path)
     items: list[EvalItem] = []
     rejects: list[dict[str, Any]] = []
     seen: set[str] = set()
-    for number, text, raw in _lines(path):
+    for row in rows:
         if limit is not None and len(items) >= limit:
             break
-        row: Any = None
         try:
-            if text is None:
-                raise _Reject("invalid_utf8", None, "line is not valid UTF-8")
-            try:
-                row = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise _Reject("malformed_json", None, f"not valid JSON: {exc}") from None
-            item = parse_item(row, path.stem)
+            if row.problem is not None:
+                raise row.problem
+            item = parse_item(row.value, path.stem, shape, row.position)
             if item.id in seen:
-                raise _Reject("duplicate_id", "id", f"id {item.id!r} already seen")
-        except _Reject as bad:
+                raise Reject("duplicate_id", shape.id_field, f"id {item.id!r} already seen")
+        except Reject as bad:
             report.count(bad.reason)
-            row_id = row.get("id") if isinstance(row, dict) else None
-            rejects.append({"source": str(path), "line": number, "id": row_id, "reason": bad.reason,
-                            "field": bad.field, "detail": str(bad), "raw": raw})
+            bad_id = row.value.get(shape.id_field or "") if isinstance(row.value, dict) else None
+            rejects.append({"source": str(path), "line": row.line, "row": row.position, "id": bad_id,
+                            "reason": bad.reason, "field": bad.field, "detail": str(bad), "raw": row.raw})
             continue
         seen.add(item.id)
         items.append(item)
@@ -188,8 +208,8 @@ def read_eval_set(path: str | Path, rejects_dir: str | Path, limit: int | None =
     return items, report
 
 
-def read_eval_sets(paths: list[str], rejects_dir: str | Path,
-                   limit: int | None = None) -> tuple[list[EvalItem], dict[str, ReadReport]]:
+def read_eval_sets(paths: list[str], rejects_dir: str | Path, limit: int | None = None,
+                   passages: PassageSource = "auto") -> tuple[list[EvalItem], dict[str, ReadReport]]:
     """All sets, keyed by set name (the file stem, which must be unique: outputs are named by it)."""
     items: list[EvalItem] = []
     reports: dict[str, ReadReport] = {}
@@ -197,6 +217,6 @@ def read_eval_sets(paths: list[str], rejects_dir: str | Path,
         name = Path(path).stem
         if name in reports:
             raise DataError(f"two eval sets are named {name!r}; rename one", file=str(path))
-        found, reports[name] = read_eval_set(path, rejects_dir, limit)
+        found, reports[name] = read_eval_set(path, rejects_dir, limit, passages)
         items.extend(found)
     return items, reports

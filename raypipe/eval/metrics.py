@@ -6,7 +6,8 @@ beside it. Closed-set tasks: accuracy of the option chosen by score aggregation.
 need no retrieval (arithmetic, string tasks): the exact answer, in the output's own case, and for a
 number, the output's last number (so "12 times 3 is 38" is wrong though it contains 12 and 3);
 creative instructions have no one answer and are not judged (`correct` None): they count for
-retrieval frequency only, which is what that set measures (Self-RAG §3.3, Fig. 3c). Retrieval frequency:
+retrieval frequency only, which is what that set measures (Self-RAG §3.3, Fig. 3c). Nor are long-form
+items (ASQA, bio): their metrics (ALCE's, FactScore) need models that run outside. Retrieval frequency:
 the share of questions for which decoding retrieved at least once. No option: the share of closed-set
 outputs that name none of the options, which count as wrong; it tells a model that answers off-format
 from one that answers wrongly.
@@ -93,6 +94,8 @@ def judge(task: str, golds: tuple[str, ...], choices: dict[str, str], result: di
     elif task == "instruction":
         correct = instruction_match(text, golds) if golds else None
         exact = _exact_cased(text, golds) if golds else None
+    elif task == "longform":
+        correct = exact = None
     else:
         correct = result["option"] == golds[0]
         exact = exact_match(text, [golds[0], *([choices[golds[0]]] if task == "mc" else [])])
