@@ -3,7 +3,8 @@ method's settings and sweeps) run on each batch.
 
 Variants of one batch share a memo of engine calls and searches: an adaptive Self-RAG run at δ = 0.2
 repeats most of the `always` run's generations, so a sweep costs little more than its distinct
-decodings.
+decodings. Items that carry their own passages (a released file's `ctxs`) are searched in those
+(`raypipe.eval.item_search`), each decode call over a group of items whose queries say whose they are.
 """
 
 from __future__ import annotations
@@ -11,11 +12,13 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 
 from raypipe.config import CRAGConfig, EngineConfig, RetrievalConfig
 from raypipe.eval.datasets import EvalItem
+from raypipe.eval.item_search import ItemSearcher, passage_groups
 from raypipe.eval.memo import MemoEngine, MemoScorer, MemoSearcher
 from raypipe.methods import get_method
 from raypipe.methods.base import Method, ToolName, Tools, Variant
@@ -59,12 +62,15 @@ def load_tools(used: set[ToolName], generator: str, engine: EngineConfig, retrie
 
 class EvalPredictor:
     """`batch["item"]`: `EvalItem.to_json()` strings. Returns one row per (item, variant) with the
-    method's result as JSON."""
+    method's result as JSON. `index`: whether some item searches the index (False: every item carries
+    its own passages, and no index is loaded)."""
 
     def __init__(self, generator: str, engine: EngineConfig, retrieval: RetrievalConfig, variants: list[Variant],
-                 searcher_factory: SearcherFactory | None = None, crag: CRAGConfig | None = None):
+                 searcher_factory: SearcherFactory | None = None, crag: CRAGConfig | None = None,
+                 index: bool = True):
         self.variants, self.top_k = variants, retrieval.top_k
-        self.tools = load_tools(tools_used(variants), generator, engine, retrieval, searcher_factory, crag)
+        used = tools_used(variants) - (set() if index else {"retriever"})
+        self.tools = load_tools(used, generator, engine, retrieval, searcher_factory, crag)
 
     def _memoized(self) -> Tools:
         t = self.tools
@@ -73,17 +79,29 @@ class EvalPredictor:
                      web=MemoSearcher(t.web) if t.web else None, evaluator=MemoScorer(t.evaluator) if t.evaluator else None,
                      lm=MemoEngine(t.lm) if t.lm else None)
 
+    def _groups(self, items: list[EvalItem], texts: list[str], tools: Tools) -> list[tuple[list[int], Tools]]:
+        """The batch as decode calls: all of it with the index, or groups over their own passages."""
+        if all(item.passages is None for item in items):
+            return [(list(range(len(items))), tools)]
+        passages = [item.passages for item in items]
+        return [(group, replace(tools, retriever=ItemSearcher([texts[i] for i in group], [passages[i] for i in group],
+                                                              tools.retriever)))
+                for group in passage_groups(texts, passages)]
+
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[str]]:
         items = [EvalItem.from_json(text) for text in batch["item"]]
         requests = [item.request() for item in items]
-        tools = self._memoized()
-        methods: dict[str, Method] = {}
+        # the passages stay here: results cite the ones they used, and the runner needs only the item
+        shown = [replace(item, passages=None).to_json() for item in items]
+        groups = self._groups(items, [r.retrieval_text() for r in requests], self._memoized())
+        methods: dict[tuple[str, int], Method] = {}
         out: dict[str, list[str]] = {"variant": [], "item": [], "result": []}
         for v in self.variants:
-            method = methods.get(v.method) or methods.setdefault(v.method, get_method(v.method)(tools))
-            results = method.decode(requests, v.settings, self.top_k)
-            for item, result in zip(items, results, strict=True):
-                out["variant"].append(v.name)
-                out["item"].append(item.to_json())
-                out["result"].append(json.dumps({"method": v.method, **result.as_dict()}, ensure_ascii=False))
+            for g, (group, tools) in enumerate(groups):
+                method = methods.get((v.method, g)) or methods.setdefault((v.method, g), get_method(v.method)(tools))
+                results = method.decode([requests[i] for i in group], v.settings, self.top_k)
+                for i, result in zip(group, results, strict=True):
+                    out["variant"].append(v.name)
+                    out["item"].append(shown[i])
+                    out["result"].append(json.dumps({"method": v.method, **result.as_dict()}, ensure_ascii=False))
         return out

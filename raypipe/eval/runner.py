@@ -86,6 +86,7 @@ def _fingerprint(cfg: RaypipeConfig, variant: Variant, injected_retriever: bool)
         "settings": variant.settings.model_dump(mode="json"),
         "retrieval": ("injected", cfg.retrieval.top_k) if injected_retriever else cfg.retrieval.model_dump(mode="json"),
         "sets": [_stamp(Path(p)) for p in cfg.eval.eval_sets],
+        "passages": cfg.eval.passages,
         "limit": cfg.eval.limit,
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
@@ -108,6 +109,7 @@ def _predict(cfg: RaypipeConfig, items: list[EvalItem], variants: list[Variant],
             "variants": variants,
             "searcher_factory": searcher_factory,
             "crag": cfg.crag,
+            "index": any(item.passages is None for item in items),
         },
         compute=ray.data.ActorPoolStrategy(size=cfg.eval.actors),
         batch_size=cfg.eval.batch_size,
@@ -162,7 +164,7 @@ def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None
     uses_generator = any("engine" in get_method(m).tools for m in cfg.eval.methods)
     if uses_generator and not (Path(cfg.eval.generator) / "config.json").is_file():
         raise ModelError(f"eval.generator: no model folder at {cfg.eval.generator}")
-    items, reports = read_eval_sets(cfg.eval.eval_sets, out / "rejects", cfg.eval.limit)
+    items, reports = read_eval_sets(cfg.eval.eval_sets, out / "rejects", cfg.eval.limit, cfg.eval.passages)
     if not items:
         raise DataError("no valid eval rows in any eval set", file=", ".join(cfg.eval.eval_sets))
     (out / "_SUCCESS").unlink(missing_ok=True)
