@@ -734,8 +734,9 @@ class EvalConfig(Section):
 
     generator: str = "runs/demo/models/generator"
     #: jsonl files of QA rows (question, answers), fact rows (claim, label), multiple-choice rows
-    #: (question, choices, answerKey) or instruction rows (instruction, input, answers); heldout_noret
-    #: holds instructions that need no retrieval, so retrieval frequency per set shows adaptivity
+    #: (question, choices, answerKey) or instruction rows (instruction, input, answers), or the papers'
+    #: released files (raypipe/eval/released.py); heldout_noret holds instructions that need no
+    #: retrieval, so retrieval frequency per set shows adaptivity
     eval_sets: list[str] = [
         "runs/demo/world/eval/heldout_qa.jsonl",
         "runs/demo/world/eval/heldout_fact.jsonl",
