@@ -1,4 +1,4 @@
-"""Eval sets: jsonl rows of four shapes, validated into decoding requests with their gold answers.
+"""Eval sets: jsonl rows of five shapes, validated into decoding requests with their gold answers.
 
 - short-form QA (PopQA/TriviaQA-like): {"id", "question", "answers": [str, ...]}
 - fact verification (PubHealth-like): {"id", "claim", "label": "true" | "false"}
@@ -6,6 +6,10 @@
 - an instruction that needs no retrieval (arithmetic, string, creative; Alpaca-like):
   {"id", "instruction", "input"?: str, "answers": [str, ...]}; `answers` may be empty (a creative
   task has no one answer): such items count for retrieval frequency, not accuracy
+- long-form generation (a biography, CRAG's Bio): {"id", "instruction", "facts": [str, ...]}, `facts`
+  = the subject's true fact values, scored by FactScore (raypipe.eval.factscore)
+Any row may carry `passage_ids`: the passages that state its gold (the world's held-out sets do), the
+accurate retrieval results the robustness curve removes (raypipe.eval.robustness).
 The shape is recognised per row, so one file may mix them. Prompts follow the paper's Table 5 and the
 synthetic world's training instances (QA: the question is the instruction; closed-set tasks: a task
 instruction with the claim or the question and its lettered choices as input). Bad rows go to
@@ -16,7 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,14 +33,15 @@ from raypipe.prompts import format_choices
 
 logger = logging.getLogger(__name__)
 
-Task = Literal["qa", "fact", "mc", "instruction"]
+Task = Literal["qa", "fact", "mc", "instruction", "longform"]
 VERDICTS = ("true", "false")
 
 
 @dataclass(frozen=True)
 class EvalItem:
-    """One eval question. `golds`: the accepted answers (qa), the label (fact), the answer key (mc) or
-    the exact answer of an instruction (none for creative ones: not judged)."""
+    """One eval question. `golds`: the accepted answers (qa), the label (fact), the answer key (mc),
+    the exact answer of an instruction (none for creative ones: not judged) or the subject's true
+    fact values (longform). `passage_ids`: the passages stating the gold (empty when unknown)."""
 
     id: str
     set: str
@@ -45,6 +50,7 @@ class EvalItem:
     input: str
     golds: tuple[str, ...]
     choices: dict[str, str] = field(default_factory=dict)
+    passage_ids: tuple[str, ...] = ()
 
     def options(self) -> tuple[Option, ...]:
         if self.task == "fact":
@@ -66,7 +72,7 @@ class EvalItem:
     @classmethod
     def from_json(cls, text: str) -> EvalItem:
         data = json.loads(text)
-        return cls(**{**data, "golds": tuple(data["golds"])})
+        return cls(**{**data, "golds": tuple(data["golds"]), "passage_ids": tuple(data.get("passage_ids", ()))})
 
 
 class _Reject(Exception):
@@ -86,11 +92,25 @@ def _text(row: dict[str, Any], name: str) -> str:
     return value
 
 
+def _strings(row: dict[str, Any], name: str, *, non_empty: bool) -> tuple[str, ...]:
+    values = row.get(name, [])
+    if not isinstance(values, list) or not all(isinstance(v, str) and v.strip() for v in values):
+        raise _Reject("wrong_type", name, f"{name} must be a list of non-empty strings")
+    if non_empty and not values:
+        raise _Reject("empty_field", name, f"{name} is empty")
+    return tuple(values)
+
+
 def parse_item(row: Any, set_name: str) -> EvalItem:
     """An `EvalItem` from one row; raises `_Reject` naming the reason and field."""
     if not isinstance(row, dict):
         raise _Reject("malformed_json", None, f"expected a JSON object, got {type(row).__name__}")
     item_id = _text(row, "id")
+    item = _parse_shape(row, item_id, set_name)
+    return replace(item, passage_ids=_strings(row, "passage_ids", non_empty=False))
+
+
+def _parse_shape(row: dict[str, Any], item_id: str, set_name: str) -> EvalItem:
     if "claim" in row:
         label = _text(row, "label").strip().lower()
         if label not in VERDICTS:
@@ -107,6 +127,9 @@ def parse_item(row: Any, set_name: str) -> EvalItem:
             raise _Reject("bad_label", "answerKey", f"answerKey {key!r} is not one of {list(choices)}")
         question = _text(row, "question")
         return EvalItem(item_id, set_name, "mc", MC_INSTRUCTION, format_choices(question, choices), (key,), dict(choices))
+    if "instruction" in row and "facts" in row:
+        return EvalItem(item_id, set_name, "longform", _text(row, "instruction"), _input(row),
+                        _strings(row, "facts", non_empty=True))
     if "instruction" in row:
         return _instruction_item(row, item_id, set_name)
     if "answers" in row:
@@ -115,7 +138,7 @@ def parse_item(row: Any, set_name: str) -> EvalItem:
             raise _Reject("wrong_type", "answers", "answers must be a non-empty list of non-empty strings")
         return EvalItem(item_id, set_name, "qa", _text(row, "question"), "", tuple(answers))
     raise _Reject("unknown_shape", None, "expected question + answers, claim + label, question + choices + "
-                  "answerKey, or instruction + answers")
+                  "answerKey, instruction + answers, or instruction + facts")
 
 
 def _instruction_item(row: dict[str, Any], item_id: str, set_name: str) -> EvalItem:
@@ -126,10 +149,14 @@ def _instruction_item(row: dict[str, Any], item_id: str, set_name: str) -> EvalI
     answers = row["answers"]
     if not isinstance(answers, list) or not all(isinstance(a, str) and a.strip() for a in answers):
         raise _Reject("wrong_type", "answers", "answers must be a list of non-empty strings")
+    return EvalItem(item_id, set_name, "instruction", _text(row, "instruction"), _input(row), tuple(answers))
+
+
+def _input(row: dict[str, Any]) -> str:
     inp = row.get("input") or ""
     if not isinstance(inp, str):
         raise _Reject("wrong_type", "input", f"'input' must be a string, got {type(inp).__name__}")
-    return EvalItem(item_id, set_name, "instruction", _text(row, "instruction"), inp, tuple(answers))
+    return inp
 
 
 def _lines(path: Path) -> list[tuple[int, str | None, str]]:
