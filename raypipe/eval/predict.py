@@ -3,7 +3,8 @@ method's settings and sweeps) run on each batch.
 
 Variants of one batch share a memo of engine calls and searches: an adaptive Self-RAG run at δ = 0.2
 repeats most of the `always` run's generations, so a sweep costs little more than its distinct
-decodings.
+decodings. A variant of the robustness curve (raypipe.eval.robustness) searches the same memoized
+retriever through a `GoldRemovalSearcher` over the batch's items, so its method never knows.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 
@@ -19,6 +21,7 @@ from raypipe.eval.datasets import EvalItem
 from raypipe.eval.memo import MemoEngine, MemoScorer, MemoSearcher
 from raypipe.methods import get_method
 from raypipe.methods.base import Method, ToolName, Tools, Variant
+from raypipe.retrieval.perturb import GoldRemovalSearcher
 from raypipe.retrieval.types import Searcher
 
 logger = logging.getLogger(__name__)
@@ -59,11 +62,15 @@ def load_tools(used: set[ToolName], generator: str, engine: EngineConfig, retrie
 
 class EvalPredictor:
     """`batch["item"]`: `EvalItem.to_json()` strings. Returns one row per (item, variant) with the
-    method's result as JSON."""
+    method's result as JSON. `removal[name]`: the share of accurate retrieval results variant `name`
+    loses (seeded by `removal_seed`); its results carry `retrieval_removal` (rate, accurate results
+    found, removed)."""
 
     def __init__(self, generator: str, engine: EngineConfig, retrieval: RetrievalConfig, variants: list[Variant],
-                 searcher_factory: SearcherFactory | None = None, crag: CRAGConfig | None = None):
+                 searcher_factory: SearcherFactory | None = None, crag: CRAGConfig | None = None,
+                 removal: dict[str, float] | None = None, removal_seed: int = 0):
         self.variants, self.top_k = variants, retrieval.top_k
+        self.removal, self.removal_seed = removal or {}, removal_seed
         self.tools = load_tools(tools_used(variants), generator, engine, retrieval, searcher_factory, crag)
 
     def _memoized(self) -> Tools:
@@ -79,11 +86,26 @@ class EvalPredictor:
         tools = self._memoized()
         methods: dict[str, Method] = {}
         out: dict[str, list[str]] = {"variant": [], "item": [], "result": []}
+        texts = [r.retrieval_text() for r in requests]
+        gold: dict[str, set[str]] = {}  # items that search with the same text share their accurate results
+        for text, item in zip(texts, items, strict=True):
+            gold.setdefault(text, set()).update(item.passage_ids)
         for v in self.variants:
-            method = methods.get(v.method) or methods.setdefault(v.method, get_method(v.method)(tools))
+            rate = self.removal.get(v.name)
+            removal = None
+            if rate is None:
+                method = methods.get(v.method) or methods.setdefault(v.method, get_method(v.method)(tools))
+            else:
+                removal = GoldRemovalSearcher(tools.get("retriever", v.method), texts, [gold[t] for t in texts],
+                                              rate, self.removal_seed)
+                method = get_method(v.method)(replace(tools, retriever=removal))
             results = method.decode(requests, v.settings, self.top_k)
-            for item, result in zip(items, results, strict=True):
+            for i, (item, result) in enumerate(zip(items, results, strict=True)):
+                row = {"method": v.method, **result.as_dict()}
+                if removal is not None:
+                    row["retrieval_removal"] = {"rate": rate, "gold_hits": removal.gold_hits[i],
+                                                "removed": removal.removed[i]}
                 out["variant"].append(v.name)
                 out["item"].append(item.to_json())
-                out["result"].append(json.dumps({"method": v.method, **result.as_dict()}, ensure_ascii=False))
+                out["result"].append(json.dumps(row, ensure_ascii=False))
         return out

@@ -22,7 +22,7 @@ from raypipe.methods.base import Method, MethodRequest, MethodResult, ToolName, 
 from raypipe.methods.crag.knowledge import Corrector, Knowledge
 from raypipe.methods.crag.methods import ablation_variants, corrective_tools, make_corrector
 from raypipe.methods.selfrag.search import _Decoding
-from raypipe.retrieval.types import Hit, Passage, Searcher
+from raypipe.retrieval.types import Hit, Passage, Searcher, query_owner
 
 
 class KnowledgeSearcher:
@@ -36,8 +36,7 @@ class KnowledgeSearcher:
         self.knowledge: dict[int, Knowledge] = {}
 
     def _request_of(self, query: str) -> int:
-        best = max((i for i, t in enumerate(self.texts) if query == t or query.startswith(t + "\n")),
-                   key=lambda i: len(self.texts[i]), default=None)
+        best = query_owner(self.texts, query)
         if best is None:
             raise KeyError(f"Self-CRAG: a retrieval query matches no request: {query[:80]!r}")
         return best
