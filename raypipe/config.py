@@ -648,7 +648,8 @@ CRAGAblation = Literal["no_correct", "no_incorrect", "no_ambiguous", "only_corre
 
 class CRAGSweeps(Section):
     """CRAG's (and Self-CRAG's) eval variants beside the method itself: the ablations of Tables 2, 3
-    and 11 (each a variant `<method>_<ablation>`), and the robustness curve of §5.6 (Fig. 3)."""
+    and 11 (each a variant `<method>_<ablation>`). The robustness curve of §5.6 (Fig. 3) is
+    `eval.robustness`, for every method."""
 
     ablations: list[CRAGAblation] = []
 
@@ -729,6 +730,27 @@ class CRAGConfig(Section):
     train: EvaluatorTrainConfig = EvaluatorTrainConfig()
 
 
+class RobustnessConfig(Section):
+    """CRAG §5.6 (Fig. 3): every evaluated method that retrieves, rerun with each share of the accurate
+    retrieval results (an eval item's `passage_ids`) removed at random; `robustness.png` and
+    `metrics.json` `robustness` (raypipe.eval.robustness). Each rate above 0 is one more decoding of
+    every such method, so it is off unless enabled."""
+
+    enabled: bool = False
+    #: shares of the accurate results removed (the paper's Fig. 3 spans 0 to 1); rate 0 is the
+    #: method's own eval, decoded once
+    removal_rates: list[float] = [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
+    #: which accurate results go at each rate
+    seed: int = 0
+
+    @field_validator("removal_rates")
+    @classmethod
+    def _rates(cls, rates: list[float]) -> list[float]:
+        if not rates or any(not 0.0 <= r <= 1.0 for r in rates) or len(set(rates)) != len(rates):
+            raise ValueError(f"removal_rates must be distinct shares in [0, 1], got {rates}")
+        return sorted(rates)
+
+
 class EvalConfig(Section):
     """`raypipe eval`: decoding as a Ray Data batch job over eval sets, metrics, sweeps and plots."""
 
@@ -736,7 +758,8 @@ class EvalConfig(Section):
     #: jsonl files of QA rows (question, answers), fact rows (claim, label), multiple-choice rows
     #: (question, choices, answerKey) or instruction rows (instruction, input, answers), or the papers'
     #: released files (raypipe/eval/released.py); heldout_noret holds instructions that need no
-    #: retrieval, so retrieval frequency per set shows adaptivity
+    #: retrieval, so retrieval frequency per set shows adaptivity; the world also writes
+    #: heldout_longform.jsonl (biographies, instruction + facts, scored by FactScore)
     eval_sets: list[str] = [
         "runs/demo/world/eval/heldout_qa.jsonl",
         "runs/demo/world/eval/heldout_fact.jsonl",
@@ -747,6 +770,7 @@ class EvalConfig(Section):
     #: the methods evaluated, each with its `methods.<name>` settings and its `sweeps.<name>` variants
     methods: list[MethodName] = ["selfrag"]
     sweeps: SweepsConfig = SweepsConfig()
+    robustness: RobustnessConfig = RobustnessConfig()
     #: rows per eval set at most (the first ones); None = all
     limit: int | None = Field(None, ge=1)
     #: where retrieval reads passages during eval: `retriever` (the configured index), `ctxs` (each row's

@@ -1,7 +1,7 @@
 """`raypipe data synth`: write the synthetic knowledge world (ARCHITECTURE.md §5).
 
 Layout under `cfg.out_dir`: passages/ and web/passages/ (PASSAGE_SCHEMA shards), instances/
-(INSTANCE_SCHEMA shards, training only), eval/heldout_{qa,fact,mc,noret}.jsonl, config.json, world.json,
+(INSTANCE_SCHEMA shards, training only), eval/heldout_{qa,fact,mc,noret,longform}.jsonl, config.json, world.json,
 _SUCCESS. A finished world gains eval splits added since it was written (each split has its own
 seed, so the others keep their bytes).
 
@@ -116,8 +116,9 @@ def _claim_out_dir(out: Path, cfg: WorldConfig) -> None:
 
 
 def _write_eval(world: World, heldout: list[int], out: Path) -> dict[str, int]:
-    """The held-out splits: questions about the `heldout` people, answerable only from passages/web,
-    and instructions that need no retrieval (heldout_noret)."""
+    """The held-out splits: questions about the `heldout` people and their biographies
+    (heldout_longform), answerable only from passages/web, and instructions that need no retrieval
+    (heldout_noret)."""
     counts = {}
     for split, build in EVAL_BUILDERS.items():
         path = out / "eval" / f"{split}.jsonl"

@@ -423,9 +423,26 @@ def heldout_noret(world: World, rng: random.Random, i: int, item_id: str) -> dic
             "reference": reference}
 
 
+def heldout_longform(world: World, rng: random.Random, i: int, item_id: str) -> dict[str, Any]:
+    """A biography of held-out person `i` (the long-form set: CRAG's Biography, Self-Reasoning's
+    long-form QA). `facts`: the value of every world fact about the person and their work, what
+    FactScore checks a generated sentence against (raypipe.eval.factscore); `answers`: the person's
+    own fact values (EM recall); `sentences`: a reference biography, one fact per sentence, with the
+    passages that support it; `passage_ids` (= `relevant_passages`): every passage stating one of
+    them. `rng` is unused: the instruction is fixed."""
+    p = world.person(i)
+    own = facts_of.person_facts(p)
+    every = own + (facts_of.work_facts(world, p.work) if p.work is not None else [])
+    passages = sorted({pid for f in own for pid in f.passages})
+    return {"id": item_id, "instruction": f"Write a short biography of {p.name}.", "input": "",
+            "answers": [f.value for f in own], "facts": _unique([f.value for f in every]), "entity": p.name,
+            "sentences": [_stated(f) for f in own], "relevant_passages": passages, "passage_ids": passages}
+
+
 EVAL_BUILDERS: dict[str, Callable[[World, random.Random, int, str], dict[str, Any]]] = {
     "heldout_qa": heldout_qa,
     "heldout_fact": heldout_fact,
     "heldout_mc": heldout_mc,
     "heldout_noret": heldout_noret,
+    "heldout_longform": heldout_longform,
 }

@@ -7,9 +7,13 @@ gold answers.
 - an instruction that needs no retrieval (arithmetic, string, creative; Alpaca-like):
   {"id", "instruction", "input"?: str, "answers": [str, ...]}; `answers` may be empty (a creative
   task has no one answer): such items count for retrieval frequency, not accuracy
+- long-form generation (a biography, CRAG's Bio): {"id", "instruction", "facts": [str, ...]}, `facts`
+  = the subject's true fact values, scored by FactScore (raypipe.eval.factscore)
 - the papers' released files as released (`raypipe.eval.released`: PopQA, TriviaQA, PubHealth,
   ARC-Challenge, ASQA, bio), with their pre-retrieved passages (`ctxs`), which an item then carries
   and retrieval returns instead of the index's (`eval.passages`)
+Any row may carry `passage_ids`: the passages that state its gold (the world's held-out sets do), the
+accurate retrieval results the robustness curve removes (raypipe.eval.robustness).
 The shape is recognised per row, so one file may mix them. Prompts follow the paper's Table 5 and the
 synthetic world's training instances (QA: the question is the instruction; closed-set tasks: a task
 instruction with the claim or the question and its lettered choices as input). Bad rows go to
@@ -50,15 +54,18 @@ from raypipe.retrieval.types import Hit
 
 logger = logging.getLogger(__name__)
 
-#: `longform`: ASQA and bio, not judged here (their scorers run outside; see `raypipe.eval.released`)
-Task = Literal["qa", "fact", "mc", "instruction", "longform"]
+#: `longform`: a biography scored by FactScore against the subject's true facts (the world's sets);
+#: `longform_ref`: the papers' released ASQA and bio items, whose references only outside scorers read
+#: (ALCE, FactScore with its own knowledge source): not judged here (see `raypipe.eval.released`)
+Task = Literal["qa", "fact", "mc", "instruction", "longform", "longform_ref"]
 
 
 @dataclass(frozen=True)
 class EvalItem:
     """One eval question. `golds`: the accepted answers (qa), the label (fact), the answer key (mc),
-    the exact answer of an instruction (none for creative ones: not judged) or a long-form item's
-    references for an outside scorer (not judged here)."""
+    the exact answer of an instruction (none for creative ones: not judged), the subject's true fact
+    values (longform) or a released long-form item's references for an outside scorer (longform_ref).
+    `passage_ids`: the passages stating the gold (empty when unknown)."""
 
     id: str
     set: str
@@ -69,6 +76,7 @@ class EvalItem:
     choices: dict[str, str] = field(default_factory=dict)
     #: the row's own passages in file order (a released file's `ctxs`); None: retrieval uses the index
     passages: tuple[Hit, ...] | None = None
+    passage_ids: tuple[str, ...] = ()
 
     def options(self) -> tuple[Option, ...]:
         if self.task == "fact":
@@ -82,7 +90,7 @@ class EvalItem:
         on the held-out splits of a 12k world that finds the entity's passage first for 80% (fact)
         and 85% (mc) of items, against 74% and 81% with the shared task instruction in front. A
         long-form item with an input (ASQA) retrieves with it, its question, as Self-RAG does."""
-        query = self.input if self.task in ("fact", "mc") or (self.task == "longform" and self.input) else None
+        query = self.input if self.task in ("fact", "mc") or (self.task == "longform_ref" and self.input) else None
         return MethodRequest(self.instruction, self.input, self.options(), query=query)
 
     def to_json(self) -> str:
@@ -92,7 +100,7 @@ class EvalItem:
     def from_json(cls, text: str) -> EvalItem:
         data = json.loads(text)
         passages = data.get("passages")
-        return cls(**{**data, "golds": tuple(data["golds"]),
+        return cls(**{**data, "golds": tuple(data["golds"]), "passage_ids": tuple(data.get("passage_ids", ())),
                       "passages": None if passages is None else tuple(Hit(**p) for p in passages)})
 
 
@@ -105,7 +113,8 @@ def parse_item(row: Any, set_name: str, shape: FileShape = PLAIN, position: int 
     if not isinstance(row, dict):
         raise Reject("malformed_json", None, f"expected a JSON object, got {type(row).__name__}")
     item_id = row_id(row, shape, position)
-    item = _task_item(row, item_id, set_name, shape)
+    item = replace(_task_item(row, item_id, set_name, shape),
+                   passage_ids=_strings(row, "passage_ids", non_empty=False))
     if shape.passages_field is None:
         return item
     return replace(item, passages=row_passages(row, shape.passages_field, item_id))
@@ -121,10 +130,13 @@ def _task_item(row: dict[str, Any], item_id: str, set_name: str, shape: FileShap
         return _choice_item(row, item_id, set_name)
     if "qa_pairs" in row:
         instruction, question, golds = asqa_fields(row)
-        return EvalItem(item_id, set_name, "longform", instruction, question, golds)
+        return EvalItem(item_id, set_name, "longform_ref", instruction, question, golds)
     if "topic" in row:
         prompt, golds = bio_fields(row)
-        return EvalItem(item_id, set_name, "longform", prompt, "", golds)
+        return EvalItem(item_id, set_name, "longform_ref", prompt, "", golds)
+    if "instruction" in row and "facts" in row:
+        return EvalItem(item_id, set_name, "longform", text_field(row, "instruction"), _input(row),
+                        _strings(row, "facts", non_empty=True))
     if "instruction" in row:
         return _instruction_item(row, item_id, set_name)
     if "answers" in row or "answer" in row:
@@ -133,7 +145,8 @@ def _task_item(row: dict[str, Any], item_id: str, set_name: str, shape: FileShap
             return EvalItem(item_id, set_name, "fact", FACT_INSTRUCTION, text_field(row, "question"), (verdict(row),))
         return EvalItem(item_id, set_name, "qa", text_field(row, "question"), "", tuple(answers))
     raise Reject("unknown_shape", None, "expected question + answers, claim + label, question + choices + "
-                 "answerKey, instruction + answers, or a long-form question + qa_pairs or input + topic")
+                 "answerKey, instruction + answers, instruction + facts, or a long-form question + qa_pairs or "
+                 "input + topic")
 
 
 def _choice_item(row: dict[str, Any], item_id: str, set_name: str) -> EvalItem:
@@ -162,10 +175,23 @@ def _instruction_item(row: dict[str, Any], item_id: str, set_name: str) -> EvalI
     answers = row["answers"]
     if not isinstance(answers, list) or not all(isinstance(a, str) and a.strip() for a in answers):
         raise Reject("wrong_type", "answers", "answers must be a list of non-empty strings")
+    return EvalItem(item_id, set_name, "instruction", text_field(row, "instruction"), _input(row), tuple(answers))
+
+
+def _input(row: dict[str, Any]) -> str:
     inp = row.get("input") or ""
     if not isinstance(inp, str):
         raise Reject("wrong_type", "input", f"'input' must be a string, got {type(inp).__name__}")
-    return EvalItem(item_id, set_name, "instruction", text_field(row, "instruction"), inp, tuple(answers))
+    return inp
+
+
+def _strings(row: dict[str, Any], name: str, *, non_empty: bool) -> tuple[str, ...]:
+    values = row.get(name, [])
+    if not isinstance(values, list) or not all(isinstance(v, str) and v.strip() for v in values):
+        raise Reject("wrong_type", name, f"{name} must be a list of non-empty strings")
+    if non_empty and not values:
+        raise Reject("empty_field", name, f"{name} is empty")
+    return tuple(values)
 
 
 def read_eval_set(path: str | Path, rejects_dir: str | Path, limit: int | None = None,

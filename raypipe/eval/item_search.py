@@ -3,7 +3,7 @@ interface, so every method reads them unchanged and knows nothing of files.
 
 The eval actor scopes one `ItemSearcher` to the requests it decodes together. A query belongs to the
 request whose retrieval text it is (or continues: Self-RAG's later searches add the previous segment,
-`methods.base.query_owner`), and gets that item's first k passages in file order, at every search:
+`retrieval.types.query_owner`), and gets that item's first k passages in file order, at every search:
 as in the papers' runs on these files, where Self-RAG's short-form script reads the row's ctxs once
 and its long-form one (run_long_form_static.py) hands the same ctxs to every step. An item without
 passages (a file read with the index) is searched in the index.
@@ -18,8 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from raypipe.errors import ConfigError, DataError
-from raypipe.methods.base import query_owner
-from raypipe.retrieval.types import Hit, Passage, Searcher
+from raypipe.retrieval.types import Hit, Passage, Searcher, query_owner
 
 ItemPassages = tuple[Hit, ...] | None
 

@@ -10,17 +10,20 @@ retrieval frequency only, which is what that set measures (Self-RAG §3.3, Fig. 
 items (ASQA, bio): their metrics (ALCE's, FactScore) need models that run outside. Retrieval frequency:
 the share of questions for which decoding retrieved at least once. No option: the share of closed-set
 outputs that name none of the options, which count as wrong; it tells a model that answers off-format
-from one that answers wrongly.
+from one that answers wrongly. Long-form generation (biographies, CRAG's Bio): FactScore from the
+world's ground truth (raypipe.eval.factscore), not accuracy.
 """
 
 from __future__ import annotations
 
 import re
 import string
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from statistics import fmean
 from typing import Any
+
+from raypipe.eval.factscore import factscore
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
@@ -79,22 +82,32 @@ class Scored:
     is_sup: float | None
     #: closed-set tasks: the output named no option (None: an open-ended task)
     no_option: bool | None = None
+    #: long-form tasks: FactScore of the output (None: another task)
+    factscore: float | None = None
 
 
-def judge(task: str, golds: tuple[str, ...], choices: dict[str, str], result: dict[str, Any]) -> Scored:
-    """Score one method result (`MethodResult.as_dict()`) against its golds; s_IsSup comes from a
-    Self-RAG trace's segments (other methods have none)."""
+def judge(task: str, golds: tuple[str, ...], choices: dict[str, str], result: dict[str, Any],
+          split: Callable[[str], list[str]] | None = None) -> Scored:
+    """Score one method result (`MethodResult.as_dict()`) against its golds (for long form: the
+    subject's true fact values; `split` is the sentence segmenter FactScore needs); s_IsSup comes
+    from a Self-RAG trace's segments (other methods have none)."""
     text = result["text"]
     no_option = None
+    fact_score = None
     correct: bool | None
     exact: bool | None
-    if task == "qa":
+    if task == "longform":
+        if split is None:
+            raise ValueError("judging a long-form result needs a sentence splitter")
+        correct = exact = None
+        fact_score = factscore(text, golds, split).score
+    elif task == "qa":
         correct = answer_match(text, golds)
         exact = exact_match(text, golds)
     elif task == "instruction":
         correct = instruction_match(text, golds) if golds else None
         exact = _exact_cased(text, golds) if golds else None
-    elif task == "longform":
+    elif task == "longform_ref":
         correct = exact = None
     else:
         correct = result["option"] == golds[0]
@@ -102,19 +115,21 @@ def judge(task: str, golds: tuple[str, ...], choices: dict[str, str], result: di
         no_option = result["option"] is None
     segments = result.get("trace", {}).get("segments", [])
     sup = [s["scores"]["is_sup"] for s in segments if s.get("citation") and "is_sup" in s.get("scores", {})]
-    return Scored(correct, exact, bool(result["retrieved"]), fmean(sup) if sup else None, no_option)
+    return Scored(correct, exact, bool(result["retrieved"]), fmean(sup) if sup else None, no_option, fact_score)
 
 
 def summarize(scored: list[Scored]) -> dict[str, Any]:
     """accuracy and exact_match over the `judged` items (None if none is), retrieval_frequency over
     all `n`, the mean s_IsSup of outputs that used passages (the support the IsSup weight buys, cf. the
-    paper's Figure 3b) and no_option, over the closed-set items (None if there are none)."""
+    paper's Figure 3b), no_option, over the closed-set items, and factscore, over the long-form
+    items (None if there are none)."""
     if not scored:
         return {"n": 0, "judged": 0, "accuracy": None, "exact_match": None, "retrieval_frequency": None,
-                "is_sup": None, "no_option": None}
+                "is_sup": None, "no_option": None, "factscore": None}
     judged = [s for s in scored if s.correct is not None]
     sup = [s.is_sup for s in scored if s.is_sup is not None]
     closed = [s.no_option for s in scored if s.no_option is not None]
+    facts = [s.factscore for s in scored if s.factscore is not None]
     return {
         "n": len(scored),
         "judged": len(judged),
@@ -123,4 +138,5 @@ def summarize(scored: list[Scored]) -> dict[str, Any]:
         "retrieval_frequency": fmean(s.retrieved for s in scored),
         "is_sup": fmean(sup) if sup else None,
         "no_option": fmean(closed) if closed else None,
+        "factscore": fmean(facts) if facts else None,
     }

@@ -1,10 +1,12 @@
-"""The paper's two inference-time analysis plots, redrawn from eval sweeps (PNG, headless).
+"""The papers' inference-time analysis plots, redrawn from eval sweeps (PNG, headless).
 
 - Figure 3c: retrieval frequency vs accuracy as the adaptive threshold δ varies, one line per set,
   beside retrieval frequency against δ (with a no-retrieval set, the trade-off: retrieval that stops
   on instructions that need none and goes on where knowledge is asked for);
 - Figure 3b: the effect of the IsSup weight, here on accuracy and on the mean s_IsSup of outputs
-  (the support the weight buys; the paper shows citation precision and MAUVE on ASQA).
+  (the support the weight buys; the paper shows citation precision and MAUVE on ASQA);
+- CRAG's Figure 3: each method's score as accurate retrieval results are removed, against no
+  retrieval (raypipe.eval.robustness).
 """
 
 from __future__ import annotations
@@ -74,6 +76,30 @@ def plot_weight_sweep(points: dict[str, list[Point]], path: str | Path) -> Path:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle("Effect of the IsSup weight (soft constraint)")
+    return _save(fig, path)
+
+
+def plot_robustness(robustness: dict[str, Any], path: str | Path) -> Path:
+    """CRAG Fig. 3, one panel per eval set: each method's score (`robustness["curves"][set][method]`:
+    rate and value) against the share of accurate retrieval results removed, and a dashed horizontal
+    line for each no-retrieval variant (`robustness["no_retrieval"][set]`)."""
+    sets = sorted(robustness["curves"])
+    fig, axes = plt.subplots(1, max(1, len(sets)), figsize=(4.6 * max(1, len(sets)), 4), squeeze=False)
+    for ax, name in zip(axes[0], sets, strict=False):
+        for k, (method, points) in enumerate(sorted(robustness["curves"][name].items())):
+            drawn = [p for p in points if p["value"] is not None]
+            ax.plot([100 * p["rate"] for p in drawn], [100 * p["value"] for p in drawn],
+                    marker=_MARKERS[k % len(_MARKERS)], label=method)
+        for k, (variant, value) in enumerate(sorted(robustness["no_retrieval"].get(name, {}).items())):
+            if value is not None:
+                ax.axhline(100 * value, color="0.4", linestyle=("--", ":", "-.")[k % 3],
+                           label=f"{variant} (no retrieval)")
+        metric = "FactScore" if robustness["metric"][name] == "factscore" else "accuracy"
+        ax.set(xlabel="accurate retrieval results removed (%)", ylabel=f"{metric} (%)", xlim=(-5, 105),
+               ylim=(-5, 105), title=name)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="best")
+    fig.suptitle("Robustness to retrieval performance (CRAG Fig. 3)")
     return _save(fig, path)
 
 

@@ -5,6 +5,8 @@ Variants of one batch share a memo of engine calls and searches: an adaptive Sel
 repeats most of the `always` run's generations, so a sweep costs little more than its distinct
 decodings. Items that carry their own passages (a released file's `ctxs`) are searched in those
 (`raypipe.eval.item_search`), each decode call over a group of items whose queries say whose they are.
+A variant of the robustness curve (raypipe.eval.robustness) searches the same memoized retriever
+through a `GoldRemovalSearcher` over the group's items, so its method never knows.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from raypipe.eval.item_search import ItemSearcher, passage_groups
 from raypipe.eval.memo import MemoEngine, MemoScorer, MemoSearcher
 from raypipe.methods import get_method
 from raypipe.methods.base import Method, ToolName, Tools, Variant
+from raypipe.retrieval.perturb import GoldRemovalSearcher
 from raypipe.retrieval.types import Searcher
 
 logger = logging.getLogger(__name__)
@@ -63,12 +66,15 @@ def load_tools(used: set[ToolName], generator: str, engine: EngineConfig, retrie
 class EvalPredictor:
     """`batch["item"]`: `EvalItem.to_json()` strings. Returns one row per (item, variant) with the
     method's result as JSON. `index`: whether some item searches the index (False: every item carries
-    its own passages, and no index is loaded)."""
+    its own passages, and no index is loaded). `removal[name]`: the share of accurate retrieval results
+    variant `name` loses (seeded by `removal_seed`); its results carry `retrieval_removal` (rate,
+    accurate results found, removed)."""
 
     def __init__(self, generator: str, engine: EngineConfig, retrieval: RetrievalConfig, variants: list[Variant],
                  searcher_factory: SearcherFactory | None = None, crag: CRAGConfig | None = None,
-                 index: bool = True):
+                 index: bool = True, removal: dict[str, float] | None = None, removal_seed: int = 0):
         self.variants, self.top_k = variants, retrieval.top_k
+        self.removal, self.removal_seed = removal or {}, removal_seed
         used = tools_used(variants) - (set() if index else {"retriever"})
         self.tools = load_tools(used, generator, engine, retrieval, searcher_factory, crag)
 
@@ -91,17 +97,33 @@ class EvalPredictor:
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[str]]:
         items = [EvalItem.from_json(text) for text in batch["item"]]
         requests = [item.request() for item in items]
+        texts = [r.retrieval_text() for r in requests]
+        gold: dict[str, set[str]] = {}  # items that search with the same text share their accurate results
+        for text, item in zip(texts, items, strict=True):
+            gold.setdefault(text, set()).update(item.passage_ids)
         # the passages stay here: results cite the ones they used, and the runner needs only the item
         shown = [replace(item, passages=None).to_json() for item in items]
-        groups = self._groups(items, [r.retrieval_text() for r in requests], self._memoized())
+        groups = self._groups(items, texts, self._memoized())
         methods: dict[tuple[str, int], Method] = {}
         out: dict[str, list[str]] = {"variant": [], "item": [], "result": []}
         for v in self.variants:
+            rate = self.removal.get(v.name)
             for g, (group, tools) in enumerate(groups):
-                method = methods.get((v.method, g)) or methods.setdefault((v.method, g), get_method(v.method)(tools))
+                removal = None
+                if rate is None:
+                    method = methods.get((v.method, g)) or methods.setdefault((v.method, g), get_method(v.method)(tools))
+                else:
+                    group_texts = [texts[i] for i in group]
+                    removal = GoldRemovalSearcher(tools.get("retriever", v.method), group_texts,
+                                                  [gold[t] for t in group_texts], rate, self.removal_seed)
+                    method = get_method(v.method)(replace(tools, retriever=removal))
                 results = method.decode([requests[i] for i in group], v.settings, self.top_k)
-                for i, result in zip(group, results, strict=True):
+                for k, (i, result) in enumerate(zip(group, results, strict=True)):
+                    row = {"method": v.method, **result.as_dict()}
+                    if removal is not None:
+                        row["retrieval_removal"] = {"rate": rate, "gold_hits": removal.gold_hits[k],
+                                                    "removed": removal.removed[k]}
                     out["variant"].append(v.name)
                     out["item"].append(shown[i])
-                    out["result"].append(json.dumps({"method": v.method, **result.as_dict()}, ensure_ascii=False))
+                    out["result"].append(json.dumps(row, ensure_ascii=False))
         return out

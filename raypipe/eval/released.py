@@ -14,8 +14,8 @@ scripts read them (`retrieval_lm/run_short_form.py`, `retrieval_lm/run_long_form
 | TriviaQA `triviaqa_test_w_gs.jsonl` | `question` | `answers` (else `answer`: str or list) | `ctxs` | qa |
 | PubHealth `health_claims_processed.jsonl` | `question` (the claim) | `answers`: `["true"]` or `["false"]` | `ctxs` | fact |
 | ARC-Challenge `arc_challenge_processed.jsonl` | `question`, `choices` `{"text": [...], "label": [...]}` | `answerKey` | `ctxs` | mc |
-| ASQA `asqa_eval_gtr_top100.json` (a JSON list; ALCE rows) | `question` | `qa_pairs[].short_answers` | `docs` | longform |
-| bio `factscore_unlabeled_alpaca_13b_retrieval.jsonl` | `input` (CRAG reads `question`) | `output`, else `topic` | `ctxs` | longform |
+| ASQA `asqa_eval_gtr_top100.json` (a JSON list; ALCE rows) | `question` | `qa_pairs[].short_answers` | `docs` | longform_ref |
+| bio `factscore_unlabeled_alpaca_13b_retrieval.jsonl` | `input` (CRAG reads `question`) | `output`, else `topic` | `ctxs` | longform_ref |
 
 A passage is `{"id", "title", "text", "score", ...}` (other keys, such as PopQA's `hasanswer`, are
 ignored); Self-RAG shows it as title, newline, text and takes the first `--ndocs` in file order;
@@ -34,7 +34,7 @@ How they map to this project's shapes (`raypipe.eval.datasets`), our choices whe
 - **ARC**: labels "1".."4" (a few ARC items use digits) read as "A".."D", as `run_short_form.py` maps
   them, and the answer key with them; a 3- or 5-choice item keeps its own choices (the script pads a
   missing D with an empty text; we show no empty option).
-- **Long-form** (ASQA, bio): task `longform`, not judged here: ASQA's ALCE metrics and FactScore run
+- **Long-form** (ASQA, bio): task `longform_ref`, not judged here: ASQA's ALCE metrics and FactScore run
   outside; the golds ride in the predictions for those scorers. ASQA's instruction is Self-RAG's
   `asqa` one with the question as input, retrieved with the question alone (as
   `run_long_form_static.py` strips the instruction from the query); bio's prompt is its `input`.

@@ -1,5 +1,5 @@
-"""A finished eval, shown in the terminal: accuracy by set and retrieval mode, and a few answers with
-the passages they cite (what `make demo` prints after `raypipe eval`)."""
+"""A finished eval, shown in the terminal: accuracy (FactScore for long-form sets) by set and retrieval
+mode, and a few answers with the passages they cite (what `make demo` prints after `raypipe eval`)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,12 @@ ANSWER_CHARS = 160
 def _cell(summary: dict[str, Any]) -> str:
     """`accuracy (retrieval frequency)`, plus the share of closed-set outputs that named no option
     when there are any: an accuracy of 0 then means off-format answers, not wrong ones. A set with
-    no judged item (creative instructions only) shows "-" for accuracy."""
-    accuracy = "-" if summary.get("accuracy") is None else f"{100 * summary['accuracy']:.1f}"
+    no judged item (creative instructions only) shows "-" for accuracy; a long-form set (FactScore, no
+    accuracy) shows `FS <score>`."""
+    if summary.get("accuracy") is None and summary.get("factscore") is not None:
+        accuracy = f"FS {100 * summary['factscore']:.1f}"
+    else:
+        accuracy = "-" if summary.get("accuracy") is None else f"{100 * summary['accuracy']:.1f}"
     cell = f"{accuracy} ({100 * summary['retrieval_frequency']:.0f})"
     if summary.get("no_option"):
         cell += f" [{100 * summary['no_option']:.0f}% no option]"
@@ -26,10 +30,12 @@ def _cell(summary: dict[str, Any]) -> str:
 
 
 def accuracy_table(metrics: dict[str, Any]) -> Table:
-    """Rows: eval sets and all sets pooled; columns: accuracy (retrieval frequency) per headline variant
-    (Self-RAG's retrieval modes, other methods by name)."""
+    """Rows: eval sets and all sets pooled; columns: accuracy or FactScore (retrieval frequency) per
+    headline variant (Self-RAG's retrieval modes, other methods by name). The pooled row shows
+    accuracy over the judged items, FactScore only when every set is long-form."""
     modes = list(metrics["accuracy"])
-    table = Table(title="Eval: accuracy % (retrieval frequency %) [closed-set outputs naming no option]")
+    table = Table(title="Eval: accuracy % or FactScore % (FS, long-form sets) (retrieval frequency %) "
+                        "[closed-set outputs naming no option]")
     table.add_column("eval set")
     for mode in modes:
         table.add_column(mode, justify="right")

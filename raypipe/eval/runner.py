@@ -6,10 +6,11 @@ Outputs in `eval.out_dir`:
   citations, per-segment reflection probabilities and scores, correctness); a `.meta.json` beside it
   holds the fingerprint of generator weights, decoding config, retriever config and eval files, so a
   rerun decodes only variants whose inputs changed;
-- metrics.json: `accuracy`, `exact_match` and `retrieval_frequency` keyed by headline variant (Self-RAG's
-  never, adaptive, always; other methods by name; pooled over all sets), `per_set` and `overall` for
-  every variant, the sweeps;
-- threshold_sweep.png (paper Fig. 3c) and is_sup_weight_sweep.png (Fig. 3b);
+- metrics.json: `accuracy`, `exact_match`, `retrieval_frequency` and `factscore` keyed by headline
+  variant (Self-RAG's never, adaptive, always; other methods by name; pooled over all sets), `per_set`
+  and `overall` for every variant, the sweeps, and `robustness` when `eval.robustness.enabled`;
+- threshold_sweep.png (paper Fig. 3c) and is_sup_weight_sweep.png (Fig. 3b); robustness.png (CRAG
+  Fig. 3, raypipe.eval.robustness);
 - rejects/<set>.rejects.jsonl for bad eval rows; `_SUCCESS` when complete.
 """
 
@@ -20,6 +21,7 @@ import json
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +30,9 @@ from raypipe.data.io import write_jsonl
 from raypipe.errors import DataError, ModelError
 from raypipe.eval.datasets import EvalItem, read_eval_sets
 from raypipe.eval.metrics import judge, summarize
-from raypipe.eval.plots import plot_threshold_sweep, plot_weight_sweep
+from raypipe.eval.plots import plot_robustness, plot_threshold_sweep, plot_weight_sweep
 from raypipe.eval.predict import EvalPredictor, SearcherFactory
+from raypipe.eval.robustness import RemovalPlan, plan_removal, robustness_metrics
 from raypipe.methods import get_method
 from raypipe.methods.base import Variant
 from raypipe.runtime import ensure_ray
@@ -40,6 +43,9 @@ logger = logging.getLogger(__name__)
 HEADLINE_SWEEPS = ("mode", "method")
 THRESHOLD_PLOT = "threshold_sweep.png"
 WEIGHT_PLOT = "is_sup_weight_sweep.png"
+ROBUSTNESS_PLOT = "robustness.png"
+#: a sentence splitter (FactScore's unit)
+Split = Callable[[str], list[str]]
 
 
 def eval_variants(cfg: RaypipeConfig) -> list[Variant]:
@@ -79,8 +85,8 @@ def _tool_models(cfg: RaypipeConfig, method: str) -> dict[str, Any]:
     return models
 
 
-def _fingerprint(cfg: RaypipeConfig, variant: Variant, injected_retriever: bool) -> str:
-    payload = {
+def _fingerprint(cfg: RaypipeConfig, variant: Variant, injected_retriever: bool, removal: float | None) -> str:
+    payload: dict[str, Any] = {
         "models": _tool_models(cfg, variant.method),
         "method": variant.method,
         "settings": variant.settings.model_dump(mode="json"),
@@ -89,11 +95,13 @@ def _fingerprint(cfg: RaypipeConfig, variant: Variant, injected_retriever: bool)
         "passages": cfg.eval.passages,
         "limit": cfg.eval.limit,
     }
+    if removal is not None:
+        payload["removal"] = [removal, cfg.eval.robustness.seed]
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _predict(cfg: RaypipeConfig, items: list[EvalItem], variants: list[Variant],
-             searcher_factory: SearcherFactory | None) -> dict[str, list[tuple[EvalItem, dict[str, Any]]]]:
+def _predict(cfg: RaypipeConfig, items: list[EvalItem], variants: list[Variant], searcher_factory: SearcherFactory | None,
+             removal: dict[str, float]) -> dict[str, list[tuple[EvalItem, dict[str, Any]]]]:
     """Decode every item under every variant on an actor pool; results in input order per variant."""
     import ray
 
@@ -110,6 +118,8 @@ def _predict(cfg: RaypipeConfig, items: list[EvalItem], variants: list[Variant],
             "searcher_factory": searcher_factory,
             "crag": cfg.crag,
             "index": any(item.passages is None for item in items),
+            "removal": {v.name: removal[v.name] for v in variants if v.name in removal},
+            "removal_seed": cfg.eval.robustness.seed,
         },
         compute=ray.data.ActorPoolStrategy(size=cfg.eval.actors),
         batch_size=cfg.eval.batch_size,
@@ -125,14 +135,14 @@ def _predict(cfg: RaypipeConfig, items: list[EvalItem], variants: list[Variant],
     return by_variant
 
 
-def _prediction_row(item: EvalItem, result: dict[str, Any]) -> dict[str, Any]:
-    scored = judge(item.task, item.golds, item.choices, result)
+def _prediction_row(item: EvalItem, result: dict[str, Any], split: Split | None) -> dict[str, Any]:
+    scored = judge(item.task, item.golds, item.choices, result, split)
     return {"id": item.id, "set": item.set, "task": item.task, "instruction": item.instruction, "input": item.input,
             "golds": list(item.golds), "choices": item.choices, **result,
-            "correct": scored.correct, "exact_match": scored.exact}
+            "correct": scored.correct, "exact_match": scored.exact, "factscore": scored.factscore}
 
 
-def _summaries(predictions_dir: Path, variants: list[Variant]) -> tuple[dict[str, Any], dict[str, Any]]:
+def _summaries(predictions_dir: Path, variants: list[Variant], split: Split | None) -> tuple[dict[str, Any], dict[str, Any]]:
     """(per set -> variant -> summary, variant -> pooled summary) from the prediction files."""
     per_set: dict[str, dict[str, Any]] = defaultdict(dict)
     overall: dict[str, Any] = {}
@@ -141,7 +151,7 @@ def _summaries(predictions_dir: Path, variants: list[Variant]) -> tuple[dict[str
         with (predictions_dir / f"{v.name}.jsonl").open(encoding="utf-8") as fh:
             for line in fh:
                 row = json.loads(line)
-                by_set[row["set"]].append(judge(row["task"], tuple(row["golds"]), row["choices"], row))
+                by_set[row["set"]].append(judge(row["task"], tuple(row["golds"]), row["choices"], row, split))
         for name, scored in by_set.items():
             per_set[name][v.name] = summarize(scored)
         overall[v.name] = summarize([s for scored in by_set.values() for s in scored])
@@ -170,7 +180,18 @@ def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None
     (out / "_SUCCESS").unlink(missing_ok=True)
     predictions_dir = out / "predictions"
     variants = eval_variants(cfg)
-    prints = {v.name: _fingerprint(cfg, v, searcher_factory is not None) for v in variants}
+    headline = [v.name for v in variants if v.sweep in HEADLINE_SWEEPS]
+    plan: RemovalPlan | None = None
+    if cfg.eval.robustness.enabled:
+        plan = plan_removal([v for v in variants if v.sweep in HEADLINE_SWEEPS], cfg.eval.robustness)
+        variants += plan.added
+    removal = plan.rates if plan else {}
+    prints = {v.name: _fingerprint(cfg, v, searcher_factory is not None, removal.get(v.name)) for v in variants}
+    split = None
+    if any(item.task == "longform" for item in items):
+        from raypipe.data.segment import Segmenter  # spaCy: only FactScore needs it
+
+        split = Segmenter(cfg.segmentation).split
 
     def finished(v: Variant) -> bool:
         meta = predictions_dir / f"{v.name}.meta.json"
@@ -180,11 +201,12 @@ def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None
     if pending:
         logger.info("decoding %d items under %d variants (%d already done)", len(items), len(pending),
                     len(variants) - len(pending))
-        for name, rows in _predict(cfg, items, pending, searcher_factory).items():
-            write_jsonl((_prediction_row(item, result) for item, result in rows), predictions_dir / f"{name}.jsonl")
+        for name, rows in _predict(cfg, items, pending, searcher_factory, removal).items():
+            write_jsonl((_prediction_row(item, result, split) for item, result in rows),
+                        predictions_dir / f"{name}.jsonl")
             meta = {"fingerprint": prints[name], "variant": name, "n": len(rows)}
             (predictions_dir / f"{name}.meta.json").write_text(json.dumps(meta, indent=2) + "\n")
-    per_set, overall = _summaries(predictions_dir, variants)
+    per_set, overall = _summaries(predictions_dir, variants, split)
     sweeps = {"threshold": _sweep(per_set, variants, "threshold", "threshold"),
               "is_sup_weight": _sweep(per_set, variants, "is_sup_weight", "w_is_sup")}
     plots = {}
@@ -192,14 +214,21 @@ def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None
         plots["threshold"] = str(plot_threshold_sweep(sweeps["threshold"], out / THRESHOLD_PLOT))
     if any(sweeps["is_sup_weight"].values()):
         plots["is_sup_weight"] = str(plot_weight_sweep(sweeps["is_sup_weight"], out / WEIGHT_PLOT))
-    headline = [v.name for v in variants if v.sweep in HEADLINE_SWEEPS]
+    robustness = None
+    if plan is not None:
+        with_gold = {item.set for item in items if item.passage_ids}
+        robustness = robustness_metrics(plan, per_set, with_gold, predictions_dir, cfg.eval.robustness)
+        if robustness["curves"]:
+            plots["robustness"] = str(plot_robustness(robustness, out / ROBUSTNESS_PLOT))
     metrics = {
         "generator": cfg.eval.generator,
         "methods": cfg.eval.methods,
-        **{key: {h: overall[h][key] for h in headline} for key in ("accuracy", "exact_match", "retrieval_frequency")},
+        **{key: {h: overall[h][key] for h in headline}
+           for key in ("accuracy", "exact_match", "retrieval_frequency", "factscore")},
         "per_set": per_set,
         "overall": overall,
         "sweeps": sweeps,
+        **({"robustness": robustness} if robustness is not None else {}),
         "eval_sets": {name: r.as_dict() for name, r in reports.items()},
         "plots": plots,
     }

@@ -50,14 +50,6 @@ class MethodRequest:
         return "\n".join(p for p in parts if p)
 
 
-def query_owner(texts: Sequence[str], query: str) -> int | None:
-    """Which of the requests with these retrieval texts a search query was made for: the one whose text
-    the query is, or continues on a new line (Self-RAG searches with x, then with x and the previous
-    segment, Algorithm 1 line 4); the longest such text, the first of equal ones; None if none."""
-    return max((i for i, t in enumerate(texts) if query == t or query.startswith(t + "\n")),
-               key=lambda i: len(texts[i]), default=None)
-
-
 @dataclass(frozen=True)
 class Citation:
     passage_id: str

@@ -39,3 +39,13 @@ class Searcher(Protocol):
     """The k best passages of each query, best first (fewer when the source has fewer)."""
 
     def search(self, queries: list[str], k: int) -> Sequence[Sequence[Passage]]: ...
+
+
+def query_owner(texts: Sequence[str], query: str) -> int | None:
+    """Which of a batch's requests a method's search `query` belongs to: the request whose retrieval
+    text (`MethodRequest.retrieval_text()`, in `texts`) the query is, or starts with before a newline
+    (Self-RAG searches with x, then x + "\n" + the previous segment); the longest such text, the first
+    of equal ones; None when there is none. Searchers that serve a batch's requests (Self-CRAG's
+    knowledge, eval's retrieval perturbations) find a query's request with it."""
+    return max((i for i, t in enumerate(texts) if query == t or query.startswith(t + "\n")),
+               key=lambda i: (len(texts[i]), -i), default=None)

@@ -121,15 +121,15 @@ def test_each_released_shape_parses_to_the_projects_tasks(released, tmp_path):
     assert (arc[1].golds, arc[1].choices) == (("B",), {"A": "shade", "B": "sunlight", "C": "wind"})
     asqa = read["asqa"][0]
     assert (asqa.id, asqa.task, asqa.instruction, asqa.input, asqa.golds) == (
-        "-4377718773044986307", "longform", ASQA_INSTRUCTION, "Who played the joker?",
+        "-4377718773044986307", "longform_ref", ASQA_INSTRUCTION, "Who played the joker?",
         ("Jack Nicholson", "Heath Ledger", "Ledger"))
     assert asqa.request().query == "Who played the joker?"
     assert [p.id for p in asqa.passages] == ["-4377718773044986307:0", "-4377718773044986307:1"]
     bio = read["bio"][0]
     assert (bio.id, bio.task, bio.instruction, bio.input, bio.golds) == (
-        "0", "longform", "Question: Tell me a bio of Ada Lovelace.", "", ("Ada Lovelace",))
+        "0", "longform_ref", "Question: Tell me a bio of Ada Lovelace.", "", ("Ada Lovelace",))
     # long-form items are not judged here (their scorers run outside), whatever the output
-    assert judge("longform", asqa.golds, {}, {"text": "Jack Nicholson", "retrieved": True}).correct is None
+    assert judge("longform_ref", asqa.golds, {}, {"text": "Jack Nicholson", "retrieved": True}).correct is None
     for items in read.values():
         assert all(EvalItem.from_json(i.to_json()) == i for i in items)
 

@@ -14,7 +14,7 @@ from raypipe.methods import get_method
 from raypipe.methods.base import MethodRequest, Tools
 from raypipe.methods.closed_set import verdict_options
 from raypipe.methods.self_reasoning.method import SelfReasoning
-from raypipe.methods.self_reasoning.robustness import NoisySearcher
+from raypipe.retrieval.perturb import NoisySearcher
 from raypipe.serving.schemas import CONTROLS
 
 

@@ -18,11 +18,11 @@ from collections.abc import Sequence
 
 from raypipe.config import CRAGSweeps, SelfCRAGSettings
 from raypipe.inference.engines.base import Engine, GroupTable
-from raypipe.methods.base import Method, MethodRequest, MethodResult, ToolName, Tools, Variant, query_owner
+from raypipe.methods.base import Method, MethodRequest, MethodResult, ToolName, Tools, Variant
 from raypipe.methods.crag.knowledge import Corrector, Knowledge
 from raypipe.methods.crag.methods import ablation_variants, corrective_tools, make_corrector
 from raypipe.methods.selfrag.search import _Decoding
-from raypipe.retrieval.types import Hit, Passage, Searcher
+from raypipe.retrieval.types import Hit, Passage, Searcher, query_owner
 
 
 class KnowledgeSearcher:

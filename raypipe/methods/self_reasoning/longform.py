@@ -2,9 +2,10 @@
 EM recall for correctness, ALCE's citation recall and precision for citation quality).
 
 The set asks for biographies of the world's held-out people (never in any training instance, so
-their facts are only in the passages): each row is an ordinary instruction row of `raypipe eval`
-(`instruction`, `answers` = the person's fact values) plus the ground truth the citation metrics
-need (`sentences` with their supporting passages and facts, `relevant_passages`, `entity`).
+their facts are only in the passages): each row is a long-form row of `raypipe eval` (`instruction`,
+`facts`: scored there by FactScore) with `answers` = the person's fact values and the ground truth
+the citation metrics need (`sentences` with their supporting passages and facts,
+`relevant_passages`, `entity`). The world writes the same rows as its `heldout_longform` split.
 
 `longform_metrics` scores a predictions file of `raypipe eval` on that set, for any method:
 Self-Reasoning's statements are the analysis' sentences with their [n] marks (numbers mapped to the
@@ -40,23 +41,16 @@ LONGFORM_SET = "heldout_longform.jsonl"
 
 
 def write_longform_set(world_cfg: WorldConfig, path: str | Path, n: int, seed: int = 0) -> Path:
-    """`n` biography questions about held-out people (round-robin over them, seeded order)."""
+    """`n` biography questions about distinct held-out people (seeded order), rows as the world's
+    own `heldout_longform` split writes them."""
     from raypipe.data.world_entities import World
-    from raypipe.data.world_facts import person_facts
+    from raypipe.data.world_tasks import heldout_longform
 
     world = World(world_cfg)
     people = world.heldout_people()
-    random.Random(seed).shuffle(people)
-    rows = []
-    for j in range(min(n, len(people))):
-        p = world.person(people[j])
-        facts = person_facts(p)
-        sentences = [{"text": f.statement(), "support": {pid: "full" for pid in f.passages}, "facts": [f.value]}
-                     for f in facts]
-        rows.append({"id": f"heldout_longform-{j:05d}", "instruction": f"Write a short biography of {p.name}.",
-                     "input": "", "answers": [f.value for f in facts], "entity": p.name,
-                     "sentences": sentences,
-                     "relevant_passages": sorted({pid for f in facts for pid in f.passages})})
+    rng = random.Random(seed)
+    rng.shuffle(people)
+    rows = [heldout_longform(world, rng, people[j], f"heldout_longform-{j:05d}") for j in range(min(n, len(people)))]
     return write_jsonl(rows, path)
 
 

@@ -37,7 +37,7 @@ from raypipe.methods.self_reasoning.format import (
     format_prompt,
     parse_trajectory,
 )
-from raypipe.methods.self_reasoning.robustness import NoisySearcher
+from raypipe.retrieval.perturb import NoisySearcher
 
 logger = logging.getLogger(__name__)
 
