@@ -11,9 +11,10 @@ from raypipe.config import SegmentationConfig, WorldConfig
 from raypipe.data.segment import Segmenter
 from raypipe.data.world_entities import World
 from raypipe.data.world_tasks import heldout_longform
-from raypipe.eval.datasets import EvalItem, _Reject, parse_item
+from raypipe.eval.datasets import EvalItem, parse_item
 from raypipe.eval.factscore import factscore, score_sentences, sentence_facts
 from raypipe.eval.metrics import judge, summarize
+from raypipe.eval.rows import Reject
 
 
 @pytest.fixture(scope="module")
@@ -103,9 +104,9 @@ def test_judge_and_summary_report_factscore(person, row):
 
 
 def test_long_form_rows_need_facts_as_strings():
-    with pytest.raises(_Reject) as bad:
+    with pytest.raises(Reject) as bad:
         parse_item({"id": "l", "instruction": "Write a bio.", "facts": []}, "s")
     assert (bad.value.reason, bad.value.field) == ("empty_field", "facts")
-    with pytest.raises(_Reject) as bad:
+    with pytest.raises(Reject) as bad:
         parse_item({"id": "q", "question": "Who?", "answers": ["Ada"], "passage_ids": "p1"}, "s")
     assert (bad.value.reason, bad.value.field) == ("wrong_type", "passage_ids")
