@@ -3,9 +3,12 @@
 The full text is tokenized in one pass, exactly as the decoder will see it at inference time, and the
 character offsets of each token decide its label: a token that touches a masked span (see
 :mod:`raypipe.training.spans`) gets -100. EOS is always appended to the target (the model must learn
-to stop) and inherits the mask of the target's last character. Truncation keeps the head of the
-sequence and moves the cut back rather than split a reflection token that spans several ids (a
-tokenizer without the reflection tokens as special tokens); every truncated example is counted.
+to stop) and inherits the mask of the target's last character. Tokens after the last loss token are
+dropped: in a causal LM they change no logit the loss reads, so they would only cost compute (a
+Self-Reasoning stage that trains on the relevance process alone sees the prompt and that process, not
+the whole trajectory). Truncation then keeps the head of the sequence and moves the cut back rather
+than split a reflection token that spans several ids (a tokenizer without the reflection tokens as
+special tokens); every truncated example is counted.
 """
 
 from __future__ import annotations
@@ -101,6 +104,8 @@ def encode_example(prompt: str, target: str, tokenizer: Any, mask: list[str], ma
     eos_masked = prefix[len(text)] > prefix[len(text) - 1]
     ids.append(tokenizer.eos_token_id)
     labels.append(IGNORE_INDEX if eos_masked else tokenizer.eos_token_id)
+    last_loss = max((i for i, label in enumerate(labels) if label != IGNORE_INDEX), default=len(labels) - 1)
+    ids, labels = ids[: last_loss + 1], labels[: last_loss + 1]
     if len(ids) <= max_length:
         return EncodedExample(ids, labels, truncated=False)
     cut = _safe_cut(offsets, max_length, text)

@@ -145,10 +145,20 @@ def test_eos_follows_the_mask_of_the_last_target_character():
     target = "Relevant: True\nAnalysis: because.\nFinal Answer: 2002"
     enc = encode_example(prompt, target, CharTokenizer(), ["prompt", "analysis"], max_length=512)
     analysis = len(prompt) + target.index("Analysis:")
-    assert enc.labels == ([IGNORE_INDEX] * len(prompt) + [ord(c) for c in target[: analysis - len(prompt)]]
-                          + [IGNORE_INDEX] * (len(prompt) + len(target) - analysis) + [IGNORE_INDEX])
+    # the masked analysis and its masked EOS come after the last loss token: a causal LM's loss never
+    # reads them, so they are not fed at all
+    assert enc.labels == [IGNORE_INDEX] * len(prompt) + [ord(c) for c in target[: analysis - len(prompt)]]
+    assert enc.input_ids == [ord(c) for c in (prompt + target)[:analysis]]
     kept = encode_example(prompt, target, CharTokenizer(), ["prompt"], max_length=512)
-    assert kept.labels[-1] == CharTokenizer.eos_token_id
+    assert kept.labels[-1] == kept.input_ids[-1] == CharTokenizer.eos_token_id
+
+
+def test_a_masked_tail_that_overflows_max_length_is_dropped_not_truncated():
+    prompt = "Q:\n"
+    target = "Relevant: True\nAnalysis: " + "x" * 100
+    enc = encode_example(prompt, target, CharTokenizer(), ["prompt", "analysis"], max_length=40)
+    assert not enc.truncated
+    assert "".join(chr(t) for t in enc.labels if t != IGNORE_INDEX) == "Relevant: True\n"
 
 
 TRAJECTORY = (

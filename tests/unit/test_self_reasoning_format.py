@@ -101,10 +101,13 @@ def test_each_gradual_stage_puts_exactly_its_processes_in_the_loss(stage, kept):
     Training"); the prompt is never in the loss, and EOS only when TAP is."""
     prompt = format_prompt("When was it made?", [Doc("p1", "Film", "Made in 2002.")])
     enc = encode_example(prompt, TEXT, CharTokenizer(), STAGE_MASKS[stage], max_length=4096)
-    in_loss = "".join(chr(t) if t != IGNORE_INDEX else "\x00" for t in enc.labels[:-1]).replace("\x00", "")
+    eos = CharTokenizer.eos_token_id
+    in_loss = "".join(chr(t) for t in enc.labels if t not in (IGNORE_INDEX, eos))
     assert in_loss == kept
     assert all(label == IGNORE_INDEX for label in enc.labels[: len(prompt)])
-    assert (enc.labels[-1] == CharTokenizer.eos_token_id) == (stage == "all")
+    assert (enc.labels[-1] == eos) == (stage == "all")
+    # what follows the stage's last process is not fed: the loss never reads it
+    assert len(enc.input_ids) == len(prompt) + len(kept) + (stage == "all")
 
 
 def test_default_gradual_stages_follow_the_paper():
