@@ -12,14 +12,19 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from raypipe.training.target_loss import strip_prefix, unwrap
+
 logger = logging.getLogger(__name__)
 
 
 def consolidated_state_dict(engine: Any, rank: int) -> dict[str, Any] | None:
-    """Collective under ZeRO-3: the full state dict on rank 0, None elsewhere."""
+    """Collective under ZeRO-3: the full state dict on rank 0 (with the HF model's own keys), None
+    elsewhere."""
     if engine.zero_optimization_partition_weights():
-        return engine._zero3_consolidated_16bit_state_dict()
-    return engine.module.state_dict() if rank == 0 else None
+        state_dict = engine._zero3_consolidated_16bit_state_dict()
+    else:
+        state_dict = engine.module.state_dict() if rank == 0 else None
+    return strip_prefix(state_dict) if state_dict is not None else None
 
 
 def export_hf_folder(engine: Any, tokenizer: Any, out: Path, rank: int) -> None:
@@ -28,6 +33,6 @@ def export_hf_folder(engine: Any, tokenizer: Any, out: Path, rank: int) -> None:
     if rank != 0:
         return
     out.mkdir(parents=True, exist_ok=True)
-    engine.module.save_pretrained(out, state_dict=state_dict, safe_serialization=True)
+    unwrap(engine.module).save_pretrained(out, state_dict=state_dict, safe_serialization=True)
     tokenizer.save_pretrained(out)
     logger.info("exported %d tensors to %s", len(state_dict), out)

@@ -48,6 +48,7 @@ def _build_engine(config: dict[str, Any], tc: TrainConfig, stage: TrainStage) ->
 
     from raypipe.models import load_model
     from raypipe.training.freeze import freeze_lower_layers
+    from raypipe.training.target_loss import TargetLossLM, computes_same_logits
 
     total, warmup = config["total_steps"], config["warmup_steps"]
     torch.manual_seed(tc.seed)
@@ -57,8 +58,9 @@ def _build_engine(config: dict[str, Any], tc: TrainConfig, stage: TrainStage) ->
         freeze_lower_layers(model, tc.trainable_layers)
     model.train()
     optimizer = torch.optim.AdamW(_param_groups(model, tc.weight_decay), lr=stage.lr)
+    trained = TargetLossLM(model) if computes_same_logits(model, len(tokenizer)) else model
     engine, *_ = deepspeed.initialize(
-        model=model, optimizer=optimizer, config=config["ds_config"], dist_init_required=False,
+        model=trained, optimizer=optimizer, config=config["ds_config"], dist_init_required=False,
         lr_scheduler=lambda opt: get_linear_schedule_with_warmup(opt, warmup, total),
     )
     return engine, tokenizer

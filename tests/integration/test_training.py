@@ -100,6 +100,7 @@ def test_critic_survives_a_worker_failure_resumes_in_place_and_exports(ray_clust
     from safetensors.torch import load_file
 
     from raypipe.models import load_model
+    from raypipe.training.target_loss import strip_prefix
 
     data = _write(_critic_rows(160), tmp_path / "d_critic" / "train")
     out = tmp_path / "critic"
@@ -126,7 +127,8 @@ def test_critic_survives_a_worker_failure_resumes_in_place_and_exports(ray_clust
 
     # the export holds the trained weights, consolidated from the ZeRO-3 shards of the last checkpoint
     last_checkpoint = sorted(p for p in (out / "checkpoints" / "main").glob("checkpoint_*") if p.is_dir())[-1]
-    trained = get_fp32_state_dict_from_zero_checkpoint(str(last_checkpoint), tag="ds")
+    # (the engine trains the model inside TargetLossLM, so the shards name its parameters "lm.<name>")
+    trained = strip_prefix(get_fp32_state_dict_from_zero_checkpoint(str(last_checkpoint), tag="ds"))
     exported = load_file(str(out / "model.safetensors"))
     base = load_file(str(tiny_model_dir / "model.safetensors"))
     name = "model.layers.0.mlp.down_proj.weight"
