@@ -366,6 +366,12 @@ class TrainConfig(Section):
     #: the reflection tokens' rows); the lower layers are frozen and the backward pass stops at them,
     #: which on CPU cuts a step's time by about the frozen share of the backward. None = every layer
     trainable_layers: int | None = Field(None, ge=1)
+    #: how rows given as instruction/input are written (raypipe.prompts.GeneratorPrompt): `selfrag`, the
+    #: Alpaca layout of the released checkpoints; `chat`, the base model's chat template (an instruct
+    #: model answers far better in it); `auto` keeps the base folder's recorded format, else `chat` when
+    #: the base tokenizer has a chat template, else `selfrag`. The trained folder records it, and eval and
+    #: serving write their prompts in it. D_critic rows carry their own prompt.
+    prompt_format: Literal["auto", "selfrag", "chat"] = "auto"
     #: DeepSpeed JSON template; its "auto" values are filled from this section
     deepspeed_config: str = "configs/deepspeed/zero3.json"
     zero_stage: int = Field(3, ge=0, le=3)

@@ -31,7 +31,7 @@ def _cached(cache: dict[Hashable, T], keys: list[Hashable], compute: Callable[[l
 class MemoEngine(Engine):
     def __init__(self, engine: Engine):
         self.engine = engine
-        self.tokenizer = engine.tokenizer
+        self.tokenizer, self.prompt = engine.tokenizer, engine.prompt
         self._generations: dict[Hashable, Generation] = {}
         self._next: dict[Hashable, dict[str, float]] = {}
 

@@ -36,7 +36,7 @@ from raypipe.inference.engines.base import Generation, GenerationParams
 from raypipe.methods import get_method
 from raypipe.methods.base import MethodRequest, MethodResult, Tools
 from raypipe.models import load_tokenizer
-from raypipe.prompts import format_generator_prompt
+from raypipe.models.prompt_format import generator_prompt
 from raypipe.retrieval.retriever import load_retriever
 from raypipe.retrieval.types import Passage
 from raypipe.serving.api import DecodeTimeout, Overloaded, build_api
@@ -165,8 +165,10 @@ class Decoder:
                  lm_path: str | None = None):
         self.handles, self.call_timeout_s = handles, call_timeout_s
         self.tokenizer = load_tokenizer(model_path)
+        self.prompt = generator_prompt(model_path, self.tokenizer)
         #: the instruct LM's tokenizer (its chat template) when the `lm` tool is bound
         self.lm_tokenizer = load_tokenizer(lm_path) if "lm" in handles and lm_path else None
+        self.lm_prompt = generator_prompt(lm_path, self.lm_tokenizer) if self.lm_tokenizer is not None else None
         self.threads = ThreadPoolExecutor(concurrency, thread_name_prefix="decoder")
 
     async def decode(self, method: str, request: MethodRequest, settings: MethodSettings, top_k: int) -> dict[str, Any]:
@@ -177,11 +179,12 @@ class Decoder:
     def _decode(self, method: str, request: MethodRequest, settings: MethodSettings, top_k: int) -> dict[str, Any]:
         clocks = {name: CallClock(self.call_timeout_s) for name in self.handles}
         tools = Tools(
-            engine=RemoteEngine(self.handles["engine"], self.tokenizer, clocks["engine"]) if "engine" in clocks else None,
+            engine=RemoteEngine(self.handles["engine"], self.tokenizer, self.prompt, clocks["engine"])
+            if "engine" in clocks else None,
             retriever=RemoteSearcher(self.handles["retriever"], clocks["retriever"]) if "retriever" in clocks else None,
             web=RemoteSearcher(self.handles["web"], clocks["web"]) if "web" in clocks else None,
             evaluator=RemoteScorer(self.handles["evaluator"], clocks["evaluator"]) if "evaluator" in clocks else None,
-            lm=RemoteEngine(self.handles["lm"], self.lm_tokenizer, clocks["lm"]) if "lm" in clocks else None,
+            lm=RemoteEngine(self.handles["lm"], self.lm_tokenizer, self.lm_prompt, clocks["lm"]) if "lm" in clocks else None,
         )
         start = time.perf_counter()
         result = get_method(method)(tools).decode([request], settings, top_k)[0]
@@ -197,7 +200,7 @@ class Decoder:
     def _usage(self, request: MethodRequest, result: MethodResult) -> dict[str, int]:
         """Prompt tokens, and the tokens the model wrote for the answer (retrieved passages excluded:
         a Self-RAG trace lists what each segment wrote)."""
-        prompt = format_generator_prompt(request.instruction, request.input)
+        prompt = self.prompt(request.instruction, request.input)
         written = [s["raw"] for s in result.trace.get("segments", [])] or [result.text]
         count = self.tokenizer(written, add_special_tokens=False)["input_ids"]
         return {"prompt_tokens": len(self.tokenizer(prompt)["input_ids"]),

@@ -16,6 +16,7 @@ from typing import Any
 from transformers import PreTrainedTokenizerBase
 
 from raypipe.inference.engines.base import Engine, Generation, GenerationParams
+from raypipe.prompts import GeneratorPrompt
 from raypipe.retrieval.types import Passage
 
 
@@ -37,11 +38,11 @@ class CallClock:
 
 
 class RemoteEngine(Engine):
-    """`Engine` calls forwarded to the Generator deployment; the tokenizer is local (the decoder only
-    reads reflection-token ids from it)."""
+    """`Engine` calls forwarded to the Generator deployment; the tokenizer and the prompt format are
+    local (the decoder reads reflection-token ids and writes prompts with them)."""
 
-    def __init__(self, generator: Any, tokenizer: PreTrainedTokenizerBase, clock: CallClock):
-        self.generator, self.tokenizer, self.clock = generator, tokenizer, clock
+    def __init__(self, generator: Any, tokenizer: PreTrainedTokenizerBase, prompt: GeneratorPrompt, clock: CallClock):
+        self.generator, self.tokenizer, self.prompt, self.clock = generator, tokenizer, prompt, clock
 
     def generate(self, prompts: list[str], params: GenerationParams) -> list[Generation]:
         return self.clock.call(self.generator.generate, prompts, params)

@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from raypipe.data.io import list_data_files, write_jsonl
 from raypipe.errors import ConfigError, DataError
+from raypipe.prompts import GeneratorPrompt, PromptFormatName
 from raypipe.training.encode import IGNORE_INDEX, EncodedExample, encode_row
 
 logger = logging.getLogger(__name__)
@@ -85,11 +86,13 @@ def _order_key(seed: int, row: dict[str, Any]) -> int:
 
 
 def encode_table(batch: pa.Table, *, tokenizer_path: str, mask: list[str], max_length: int,
-                 seed: int, datasets: list[str] | None = None) -> pa.Table:
+                 seed: int, datasets: list[str] | None = None, prompt_format: PromptFormatName = "selfrag") -> pa.Table:
     """Ray Data batch function: rows of either shape -> id, path, input_ids, labels, counters, order,
     `reject` (empty, or why the row cannot be trained on) and `selected` (0 for a row whose `dataset`
-    is not among `datasets`: left out by choice, counted, not encoded)."""
+    is not among `datasets`: left out by choice, counted, not encoded). Rows given as instruction/input
+    are written in `prompt_format`."""
     tokenizer = _tokenizer(tokenizer_path)
+    prompt = GeneratorPrompt(prompt_format, tokenizer)
     rows = batch.to_pylist()
     encoded: list[EncodedExample] = []
     rejects: list[str] = []
@@ -102,7 +105,7 @@ def encode_table(batch: pa.Table, *, tokenizer_path: str, mask: list[str], max_l
             rejects.append("")
             continue
         try:
-            example = encode_row(row, tokenizer, mask, max_length)
+            example = encode_row(row, tokenizer, mask, max_length, prompt_format=prompt)
             reject = "" if example.n_loss_tokens else f"{NO_LOSS}: nothing left after truncation to {max_length}"
         except DataError as exc:
             example, reject = EncodedExample([], [], truncated=False), f"{BAD_ROW}: {exc}"
@@ -136,8 +139,8 @@ def _read(files: list[Path]) -> Any:
 
 
 def encode_dataset(data: str, tokenizer_path: str, mask: list[str], max_length: int, seed: int,
-                   num_workers: int, rejects_path: Path,
-                   datasets: list[str] | None = None) -> tuple[Any, dict[str, Any]]:
+                   num_workers: int, rejects_path: Path, datasets: list[str] | None = None,
+                   prompt_format: PromptFormatName = "selfrag") -> tuple[Any, dict[str, Any]]:
     """The materialized, encoded, deterministically ordered training set and its encoding stats.
 
     With `datasets`, only rows whose `dataset` column is listed are trained on; the others are
@@ -151,7 +154,8 @@ def encode_dataset(data: str, tokenizer_path: str, mask: list[str], max_length: 
     ds = ds.map_batches(encode_table, batch_format="pyarrow", zero_copy_batch=True,
                         fn_kwargs={"tokenizer_path": tokenizer_path, "mask": list(mask),
                                    "max_length": max_length, "seed": seed,
-                                   "datasets": list(datasets) if datasets is not None else None})
+                                   "datasets": list(datasets) if datasets is not None else None,
+                                   "prompt_format": prompt_format})
     encoded = ds.materialize()
     rows = encoded.count()
     sums = encoded.sum(["n_tokens", "n_loss_tokens", "truncated", "rejected", "selected"]) if rows else {}

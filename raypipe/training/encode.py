@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from raypipe.errors import DataError
-from raypipe.prompts import format_generator_prompt
+from raypipe.prompts import SELFRAG_PROMPT, GeneratorPrompt
 from raypipe.tokens import SPECIAL_TOKENS, ReflectionFormatError, parse
 from raypipe.training.spans import Span, SpanFormatError, find_spans
 
@@ -40,27 +40,30 @@ class EncodedExample:
         return sum(label != IGNORE_INDEX for label in self.labels)
 
 
-def row_prompt_target(row: Mapping[str, Any], file: str | None = None) -> tuple[str, str]:
-    """The (prompt, target) of a D_critic row (prompt/target) or a D_gen row (instruction/input/output);
-    DataError (row id, field, file) for a missing field or a malformed augmented output."""
+def row_prompt_target(row: Mapping[str, Any], file: str | None = None,
+                      prompt_format: GeneratorPrompt = SELFRAG_PROMPT) -> tuple[str, str]:
+    """The (prompt, target) of a row: a D_critic row carries its prompt (prompt/target); a D_gen row
+    (instruction/input/output) or a Self-Reasoning row (instruction/input/target) is written in
+    `prompt_format`. DataError (row id, field, file) for a missing field or a malformed augmented output."""
     row_id = str(row.get("id")) if row.get("id") is not None else None
-    if "target" in row:
-        prompt, target, target_field = row.get("prompt"), row.get("target"), "target"
+    target_field = "target" if "target" in row else "output"
+    if "prompt" in row and "target" in row:
+        prompt, target = row.get("prompt"), row.get("target")
         if not isinstance(prompt, str):
             raise DataError("prompt must be a string", file=file, row_id=row_id, field="prompt")
-    elif "output" in row:
-        instruction, target, target_field = row.get("instruction"), row.get("output"), "output"
+    elif "instruction" in row and target_field in row:
+        instruction, target = row.get("instruction"), row.get(target_field)
         if not isinstance(instruction, str) or not instruction.strip():
             raise DataError("instruction is missing or empty", file=file, row_id=row_id, field="instruction")
-        prompt = format_generator_prompt(instruction, row.get("input") or "")
-        if isinstance(target, str):
+        prompt = prompt_format(instruction, row.get("input") or "")
+        if target_field == "output" and isinstance(target, str):
             try:  # an augmented output must be well formed whatever the stage masks (tokens.parse rules)
                 parse(target)
             except ReflectionFormatError as exc:
                 raise DataError(str(exc), file=file, row_id=row_id, field="output") from None
     else:
-        raise DataError("a training row needs prompt/target or instruction/input/output columns",
-                        file=file, row_id=row_id)
+        raise DataError("a training row needs prompt/target, instruction/input/output or "
+                        "instruction/input/target columns", file=file, row_id=row_id)
     if not isinstance(target, str) or not target.strip():
         raise DataError(f"{target_field} is missing or empty", file=file, row_id=row_id, field=target_field)
     return prompt, target
@@ -113,10 +116,10 @@ def encode_example(prompt: str, target: str, tokenizer: Any, mask: list[str], ma
 
 
 def encode_row(row: Mapping[str, Any], tokenizer: Any, mask: list[str], max_length: int,
-               file: str | None = None) -> EncodedExample:
-    """Encode a row of either shape; a malformed row raises DataError naming its id, field and file."""
+               file: str | None = None, prompt_format: GeneratorPrompt = SELFRAG_PROMPT) -> EncodedExample:
+    """Encode a row of any shape; a malformed row raises DataError naming its id, field and file."""
     file = row.get("path") or file
-    prompt, target = row_prompt_target(row, file=file)
+    prompt, target = row_prompt_target(row, file=file, prompt_format=prompt_format)
     try:
         return encode_example(prompt, target, tokenizer, mask, max_length)
     except SpanFormatError as exc:

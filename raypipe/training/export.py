@@ -12,6 +12,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from raypipe.models.prompt_format import record_format
+from raypipe.prompts import PromptFormatName
 from raypipe.training.target_loss import strip_prefix, unwrap
 
 logger = logging.getLogger(__name__)
@@ -27,12 +29,14 @@ def consolidated_state_dict(engine: Any, rank: int) -> dict[str, Any] | None:
     return strip_prefix(state_dict) if state_dict is not None else None
 
 
-def export_hf_folder(engine: Any, tokenizer: Any, out: Path, rank: int) -> None:
-    """Collective: every rank must call it; rank 0 writes `out`."""
+def export_hf_folder(engine: Any, tokenizer: Any, out: Path, rank: int, prompt_format: PromptFormatName) -> None:
+    """Collective: every rank must call it; rank 0 writes `out`, with the prompt format the model was
+    trained in (`raypipe.models.prompt_format`)."""
     state_dict = consolidated_state_dict(engine, rank)
     if rank != 0:
         return
     out.mkdir(parents=True, exist_ok=True)
     unwrap(engine.module).save_pretrained(out, state_dict=state_dict, safe_serialization=True)
     tokenizer.save_pretrained(out)
+    record_format(out, prompt_format)
     logger.info("exported %d tensors to %s", len(state_dict), out)

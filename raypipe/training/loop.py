@@ -200,7 +200,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
                      "model_state_bytes_rank0": state_bytes}
 
     def export(folder: Path) -> None:
-        export_hf_folder(engine, tokenizer, folder / MODEL_DIR, rank)
+        export_hf_folder(engine, tokenizer, folder / MODEL_DIR, rank, config["prompt_format"])
 
     save_checkpoint(engine, state, {**(state.history[-1] if state.history else {}), **state.summary}, rank,
                     add_files=export)

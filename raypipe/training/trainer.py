@@ -29,6 +29,8 @@ from typing import Any
 
 from raypipe.config import RaypipeConfig, TrainConfig, TrainStage
 from raypipe.errors import ConfigError, RaypipeError
+from raypipe.models.prompt_format import resolve_format
+from raypipe.prompts import PromptFormatName
 from raypipe.training.checkpoint import MODEL_DIR, TrainState
 from raypipe.training.data import StepPlan, encode_dataset, plan_steps
 from raypipe.training.deepspeed_config import load_deepspeed_config
@@ -87,17 +89,18 @@ class StageData:
     plan: StepPlan
 
 
-def encode_stage(tc: TrainConfig, stage: TrainStage, base_model: str, work_dir: Path) -> StageData:
+def encode_stage(tc: TrainConfig, stage: TrainStage, base_model: str, work_dir: Path,
+                 prompt_format: PromptFormatName = "selfrag") -> StageData:
     """Encode `tc.data` with the stage's mask (Ray Data tasks) and plan the steps."""
     train_ds, encode_stats = encode_dataset(tc.data, base_model, stage.mask, tc.max_length, tc.seed,
                                             tc.num_workers, work_dir / "rejects" / f"{stage.name}.jsonl",
-                                            datasets=tc.datasets)
+                                            datasets=tc.datasets, prompt_format=prompt_format)
     plan = plan_steps(encode_stats["rows_train"], tc.num_workers, tc.micro_batch_size, tc.grad_accum, tc.data)
     return StageData(train_ds, encode_stats, plan)
 
 
 def fit_stage(tc: TrainConfig, stage: TrainStage, base_model: str, data: StageData, export_dir: Path,
-              work_dir: Path) -> dict[str, Any]:
+              work_dir: Path, prompt_format: PromptFormatName = "selfrag") -> dict[str, Any]:
     """Train one stage from `base_model` on Ray Train and export the result to `export_dir`."""
     from ray.data import ExecutionOptions
     from ray.train import CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig
@@ -117,6 +120,7 @@ def fit_stage(tc: TrainConfig, stage: TrainStage, base_model: str, data: StageDa
         "ds_config": ds_config, "dtype": "bfloat16" if bf16 else "float32", "use_gpu": use_gpu,
         "total_steps": total, "warmup_steps": math.ceil(tc.warmup_ratio * total),
         "micro_batches_per_epoch": plan.micro_batches_per_epoch, "metrics_log": str(metrics_log),
+        "prompt_format": prompt_format,
         INJECT_FAILURE: _inject_failure(),
     }
     logger.info("stage %s: %d rows, global batch %d, %d steps/epoch, %d steps, %s, ZeRO-%d, %d %s workers",
@@ -150,6 +154,7 @@ def fit_stage(tc: TrainConfig, stage: TrainStage, base_model: str, data: StageDa
     stats = {
         "stage": stage.name, "base_model": base_model, "mask": list(stage.mask), "lr": stage.lr,
         "epochs": stage.epochs, "num_workers": tc.num_workers, "zero_stage": tc.zero_stage,
+        "prompt_format": prompt_format,
         "precision": "bf16" if bf16 else "fp32", "encode": data.encode_stats,
         "plan": {"global_batch": plan.global_batch, "steps_per_epoch": plan.steps_per_epoch,
                  "rows_unused_per_epoch": plan.rows_unused_per_epoch, "total_steps": total},
@@ -192,7 +197,8 @@ def run_train(cfg: RaypipeConfig, which: str) -> dict[str, Any]:
         logger.info("%s already trained (%s exists); delete the folder to retrain", out, out / SUCCESS)
         return {**json.loads((out / STATS_FILE).read_text())["summary"], "skipped": True}
     base = str(Path(tc.base_model).resolve())
-    load_tokenizer(base)  # fail here, not inside a Ray task, on a missing or broken base model
+    # fail here, not inside a Ray task, on a missing or broken base model
+    prompt_format = resolve_format(tc.prompt_format, base, load_tokenizer(base))
     ensure_ray(cfg.ray)
     stages: list[dict[str, Any]] = []
     for i, stage in enumerate(tc.stages):
@@ -202,7 +208,8 @@ def run_train(cfg: RaypipeConfig, which: str) -> dict[str, Any]:
             logger.info("stage %s already exported to %s; skipping", stage.name, export_dir)
             stats = json.loads((export_dir / STATS_FILE).read_text())
         else:
-            stats = fit_stage(tc, stage, base, encode_stage(tc, stage, base, out), export_dir, out)
+            stats = fit_stage(tc, stage, base, encode_stage(tc, stage, base, out, prompt_format), export_dir, out,
+                              prompt_format)
             if not last:
                 (export_dir / SUCCESS).touch()
         stages.append(stats)

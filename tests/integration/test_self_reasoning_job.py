@@ -54,7 +54,7 @@ def test_funnel_is_monotone_and_the_kept_rows_are_valid_trajectories(data_run, w
     rows = pq.read_table(out / "train").to_pylist()
     assert len(rows) == flow["kept"]
     for row in rows:  # every item shows top_k = 3 documents
-        assert "\n[3] " in row["prompt"] and "\n[4] " not in row["prompt"]
+        assert "\n[3] " in row["input"] and "\n[4] " not in row["input"]
         parse_trajectory(row["target"], 3)
     every = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
     assert len(every) == flow["generated"] and (out / "_SUCCESS").exists()

@@ -13,6 +13,8 @@ import torch
 
 from raypipe.config import GeneratorTrainConfig, RaypipeConfig, TrainingConfig, TrainStage
 from raypipe.models import load_model, load_tokenizer, reflection_token_ids
+from raypipe.models.prompt_format import generator_prompt, recorded_format
+from raypipe.prompts import GeneratorPrompt
 from raypipe.tokens import FULLY_SUPPORTED, NO_RETRIEVAL, RELEVANT, RETRIEVAL, UTILITY, format_paragraph
 from raypipe.training.data import collate
 from raypipe.training.encode import encode_row
@@ -40,9 +42,10 @@ def _rows(n: int) -> list[dict[str, str]]:
 
 
 def _batch_loss(model_dir: Path, rows: list[dict[str, str]]) -> float:
-    """Mean token loss of the rows, encoded exactly as training encodes them."""
+    """Mean token loss of the rows, encoded exactly as training encodes them (SmolLM2 has a chat
+    template, so `prompt_format: auto` writes them in it)."""
     model, tokenizer = load_model(model_dir, device="cpu", dtype=torch.float32)
-    encoded = [encode_row(r, tokenizer, MASK, 96) for r in rows]
+    encoded = [encode_row(r, tokenizer, MASK, 96, prompt_format=GeneratorPrompt("chat", tokenizer)) for r in rows]
     batch = collate({"input_ids": [e.input_ids for e in encoded], "labels": [e.labels for e in encoded]},
                     tokenizer.pad_token_id)
     with torch.no_grad():
@@ -77,3 +80,6 @@ def test_zero3_steps_on_the_real_model_lower_the_loss_on_a_fixed_batch(ray_clust
     assert len(tokenizer) == model.get_input_embeddings().num_embeddings == 49152 + 15
     assert reflection_token_ids(tokenizer) == reflection_token_ids(load_tokenizer(smollm2_dir))
     assert model.generation_config.eos_token_id == tokenizer.eos_token_id == tokenizer.convert_tokens_to_ids("<|im_end|>")
+    # trained in the chat format, the folder says so, and an engine on it prompts in that format
+    assert recorded_format(out) == "chat" and recorded_format(smollm2_dir) is None
+    assert generator_prompt(out, tokenizer)("Where was Ada Velmor born?").startswith("<|im_start|>")

@@ -317,7 +317,7 @@ class RecordingEngine(Engine):
     """A real engine whose prompts are recorded."""
 
     def __init__(self, engine: Engine):
-        self.engine, self.tokenizer, self.prompts = engine, engine.tokenizer, []
+        self.engine, self.tokenizer, self.prompt, self.prompts = engine, engine.tokenizer, engine.prompt, []
 
     def generate(self, prompts, params):
         self.prompts.extend(prompts)

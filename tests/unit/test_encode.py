@@ -212,7 +212,7 @@ def test_bad_rows_name_the_row_field_and_file(tokenizer):
     # a critic target is not an augmented output, but a paragraph mask still needs closed markers
     with pytest.raises(DataError, match="not closed"):
         encode_row({"id": "c1", "prompt": "P", "target": f"{PARAGRAPH_OPEN}x"}, tokenizer, GEN_MASK, 64)
-    with pytest.raises(DataError, match="prompt/target or instruction"):
+    with pytest.raises(DataError, match="prompt/target, instruction/input/output"):
         encode_row({"id": "z", "text": "hello"}, tokenizer, ["prompt"], 64)
 
 

@@ -222,7 +222,7 @@ def test_items_whose_queries_would_not_say_whose_they_are_decode_apart():
 
 class RecordingEngine(Engine):
     def __init__(self, inner: Engine):
-        self.inner, self.tokenizer, self.prompts = inner, inner.tokenizer, []
+        self.inner, self.tokenizer, self.prompt, self.prompts = inner, inner.tokenizer, inner.prompt, []
 
     def generate(self, prompts, params):
         self.prompts += prompts

@@ -19,6 +19,7 @@ from typing import Literal
 from transformers import PreTrainedTokenizerBase
 
 from raypipe.models import group_token_ids
+from raypipe.prompts import SELFRAG_PROMPT, GeneratorPrompt
 from raypipe.tokens import GROUP_TOKENS, Group
 
 FinishReason = Literal["eos", "stop", "length"]
@@ -77,10 +78,13 @@ class Engine(ABC):
     """A greedy generator with exact reflection-group probabilities.
 
     Implementations: `HFEngine` (transformers, CPU or GPU) and `VLLMEngine` (GPU). Both must give the
-    same tokens for the same prompts, batched or one by one.
+    same tokens for the same prompts, batched or one by one. `prompt` writes prompts in the format the
+    model was trained with (its folder's record, `raypipe.models.prompt_format`; without one, the
+    Alpaca layout of the released Self-RAG checkpoints).
     """
 
     tokenizer: PreTrainedTokenizerBase
+    prompt: GeneratorPrompt = SELFRAG_PROMPT
 
     @abstractmethod
     def generate(self, prompts: list[str], params: GenerationParams) -> list[Generation]:

@@ -36,6 +36,7 @@ from raypipe.inference.engines.base import (
     eos_ids,
 )
 from raypipe.models import load_model
+from raypipe.models.prompt_format import generator_prompt
 from raypipe.tokens import Group
 
 logger = logging.getLogger(__name__)
@@ -60,6 +61,7 @@ class HFEngine(Engine):
         self.model, self.tokenizer = load_model(model_path, dtype=dtype, device=device)
         self.device = next(self.model.parameters()).device
         self.batch_size = batch_size
+        self.prompt = generator_prompt(model_path, self.tokenizer)
         self.groups = GroupTable(self.tokenizer)
         self.eos = eos_ids(self.tokenizer, self.model.generation_config.eos_token_id)
         if self.tokenizer.pad_token_id is None:

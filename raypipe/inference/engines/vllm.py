@@ -37,6 +37,7 @@ from raypipe.inference.engines.base import (
     normalize_group,
 )
 from raypipe.models import load_tokenizer
+from raypipe.models.prompt_format import generator_prompt
 from raypipe.tokens import GROUP_TOKENS, Group
 
 logger = logging.getLogger(__name__)
@@ -52,6 +53,7 @@ class VLLMEngine(Engine):
             # load_tokenizer added reflection tokens the weights have no rows for; vLLM cannot resize.
             raise ModelError(f"{model_path}: the tokenizer lacks reflection tokens; the vLLM engine needs a "
                              "Self-RAG checkpoint (fine-tune it first, or use engine.kind=hf)")
+        self.prompt = generator_prompt(model_path, self.tokenizer)
         self.groups = GroupTable(self.tokenizer)
         try:
             generation_eos = GenerationConfig.from_pretrained(model_path, local_files_only=True).eos_token_id

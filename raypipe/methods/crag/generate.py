@@ -18,7 +18,6 @@ from raypipe.inference.engines.base import Engine, GenerationParams
 from raypipe.methods.base import MethodRequest, MethodResult
 from raypipe.methods.closed_set import aggregate_options
 from raypipe.methods.crag.rewrite import chat_prompt
-from raypipe.prompts import format_generator_prompt
 from raypipe.tokens import RETRIEVAL, format_paragraph, strip_reflection
 
 
@@ -29,8 +28,8 @@ def lm_user_turn(request: MethodRequest, knowledge: str) -> str:
     return f"Refer to the following knowledge and answer.\n\nKnowledge:\n{knowledge}\n\n{task}"
 
 
-def engine_prompt(request: MethodRequest, knowledge: str) -> str:
-    prompt = format_generator_prompt(request.instruction, request.input)
+def engine_prompt(engine: Engine, request: MethodRequest, knowledge: str) -> str:
+    prompt = engine.prompt(request.instruction, request.input)
     return prompt + RETRIEVAL + format_paragraph("", knowledge) if knowledge else prompt
 
 
@@ -40,7 +39,7 @@ def generate_answers(engine: Engine, kind: str, requests: Sequence[MethodRequest
     if kind == "lm":
         prompts = [chat_prompt(engine, lm_user_turn(r, k)) for r, k in zip(requests, knowledge, strict=True)]
     else:
-        prompts = [engine_prompt(r, k) for r, k in zip(requests, knowledge, strict=True)]
+        prompts = [engine_prompt(engine, r, k) for r, k in zip(requests, knowledge, strict=True)]
     params = GenerationParams(max_new_tokens=max_new_tokens, return_probs=False)
     generations = engine.generate(prompts, params) if prompts else []
     results = []

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from raypipe.prompts import format_generator_prompt
+from raypipe.prompts import SELFRAG_PROMPT, GeneratorPrompt
 
 # --- field labels (Figure 7) -------------------------------------------------------------------------
 
@@ -260,11 +260,11 @@ def format_documents(docs: Sequence[Doc]) -> str:
     return "\n".join(f"[{i}] {d.title}\n{d.text}" for i, d in enumerate(docs, start=1))
 
 
-def format_prompt(question: str, docs: Sequence[Doc]) -> str:
+def format_prompt(question: str, docs: Sequence[Doc], prompt: GeneratorPrompt = SELFRAG_PROMPT) -> str:
     """The student's prompt: the question as the instruction and the numbered documents as the input,
-    in the generator's prompt format (ARCHITECTURE.md §3). Ours: the paper does not print the
-    fine-tuned model's prompt; its trajectory follows `### Response:`."""
-    return format_generator_prompt(question, format_documents(docs))
+    in the model's prompt format (`raypipe.prompts.GeneratorPrompt`: the Alpaca layout, or an instruct
+    model's chat template). Ours: the paper does not print the fine-tuned model's prompt."""
+    return prompt(question, format_documents(docs))
 
 
 #: Figure 5 (short-form and long-form QA) and Figure 6 (fact verification), verbatim but for

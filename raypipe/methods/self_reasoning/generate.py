@@ -47,6 +47,7 @@ from raypipe.methods.self_reasoning.format import (
     Doc,
     TrajectoryParseError,
     answers_for,
+    format_documents,
     format_trajectory,
     parse_trajectory,
 )
@@ -70,7 +71,8 @@ TRAIN_SCHEMA = pa.schema([
     pa.field("instance_id", pa.string(), nullable=False),
     pa.field("task", pa.string(), nullable=False),
     pa.field("negative", pa.bool_(), nullable=False),
-    pa.field("prompt", pa.string(), nullable=False),
+    pa.field("instruction", pa.string(), nullable=False),
+    pa.field("input", pa.string(), nullable=False),
     pa.field("target", pa.string(), nullable=False),
 ])
 #: funnel steps, in order
@@ -185,7 +187,7 @@ def _kept_rows(rows: list[dict[str, Any]], cfg: TrajectoryConfig) -> list[dict[s
     for r in kept[: cfg.max_kept]:
         item = TrajectoryItem.from_json(r["item"])
         out.append({"id": item.id, "instance_id": item.instance_id, "task": item.task, "negative": item.negative,
-                    "prompt": item.prompt(), "target": r["target"]})
+                    "instruction": item.question, "input": format_documents(item.docs), "target": r["target"]})
     return sorted(out, key=lambda r: r["id"])
 
 

@@ -22,7 +22,6 @@ from raypipe.methods.self_reasoning.format import (
     NOT_ENOUGH_INFO,
     Doc,
     Task,
-    format_prompt,
 )
 
 #: world dataset -> trajectory task
@@ -64,9 +63,6 @@ class TrajectoryItem:
         """1-based numbers of the shown documents that the ground truth calls relevant."""
         relevant = set(self.meta.get("relevant_passages") or [])
         return [i for i, d in enumerate(self.docs, start=1) if d.id in relevant]
-
-    def prompt(self) -> str:
-        return format_prompt(self.question, self.docs)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False)

@@ -86,7 +86,7 @@ class SelfReasoning(Method[SelfReasoningSettings]):
             searcher = NoisySearcher(searcher, settings.noise_fraction, settings.doc_order == "shuffled", settings.seed)
         found = searcher.search([r.retrieval_text() for r in requests], top_k)
         docs = [[Doc(p.id, p.title, p.text) for p in hits] for hits in found]
-        prompts = [format_prompt(question_of(r), d) for r, d in zip(requests, docs, strict=True)]
+        prompts = [format_prompt(question_of(r), d, self.engine.prompt) for r, d in zip(requests, docs, strict=True)]
         params = GenerationParams(max_new_tokens=settings.max_new_tokens, return_probs=False)
         generations = self.engine.generate(prompts, params)
         return [self._result(r, d, g.text, g.finish_reason, settings)

@@ -39,7 +39,6 @@ from raypipe.methods.selfrag.scoring import (
     segment_probability,
     should_retrieve,
 )
-from raypipe.prompts import format_generator_prompt
 from raypipe.retrieval.types import Passage, Searcher
 from raypipe.tokens import (
     CONTINUE,
@@ -166,7 +165,7 @@ class _Decoding:
         )
 
     def run(self, requests: Sequence[MethodRequest]) -> list[MethodResult]:
-        searches = [_Search(r, format_generator_prompt(r.instruction, r.input), [_Hypothesis()]) for r in requests]
+        searches = [_Search(r, self.engine.prompt(r.instruction, r.input), [_Hypothesis()]) for r in requests]
         if self.cfg.mode == "adaptive" and searches:
             first = self.engine.next_group_probs([s.prompt for s in searches], Group.RETRIEVE)
             for search, probs in zip(searches, first, strict=True):
