@@ -41,6 +41,19 @@ FAST_FAILURE_DETECTION = {
 }
 
 
+#: Nodes of one CPU each on a 2-core machine. Ray keeps one idle worker process per CPU and ends the
+#: others after 1 s, so nearly every task and actor of a job started a fresh Python process (~3 s of
+#: CPU each here; 62 of them for the training fault); Ray Data starts 32 actors to read parquet
+#: footers; Ray Train starts a preemption watcher (spot-instance drain notices) per attempt. None of
+#: this changes what a fault does; it only cost minutes.
+SMALL_NODES = {
+    "RAY_num_workers_soft_limit": "4",
+    "RAY_idle_worker_killing_time_threshold_ms": "60000",
+    "RAY_DATA_PARQUET_FOOTER_NUM_ACTORS": "1",
+    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
+}
+
+
 def base_env(**extra: str) -> dict[str, str]:
     """The environment for nodes and drivers: this venv first on PATH (so `python` in a job entrypoint
     is this interpreter), Ray's token auth off (local test clusters), offline model loading."""
@@ -196,7 +209,7 @@ class NetnsCluster:
     head_cpus: int = 1
     worker_cpus: int = 1
     subnet: str = "10.231.0"
-    env: dict[str, str] = field(default_factory=lambda: dict(FAST_FAILURE_DETECTION))
+    env: dict[str, str] = field(default_factory=lambda: {**FAST_FAILURE_DETECTION, **SMALL_NODES})
     prefix: str = field(default_factory=lambda: f"rp{secrets.token_hex(3)}")
     nodes: dict[int, RayNode] = field(default_factory=dict)
     gcs_port: int = 6379
@@ -270,7 +283,10 @@ class NetnsCluster:
             argv = [str(BIN / "ray"), "start", f"--address={self.address}", f"--num-cpus={self.worker_cpus}",
                     *common]
         log = self.work / f"node{i}.log"
-        return _launch(argv, base_env(**self.env), log, self.ns(i)), argv, log
+        # every namespace shares the machine's hostname, which resolves to a loopback address: torch's
+        # gloo (Ray Train's CPU backend) would give its peers 127.0.0.1, so it is told the node's link
+        nic = {"GLOO_SOCKET_IFNAME": "br0" if i == 0 else "eth0"}
+        return _launch(argv, base_env(**self.env, **nic), log, self.ns(i)), argv, log
 
     def start(self) -> NetnsCluster:
         self.work.mkdir(parents=True, exist_ok=True)
