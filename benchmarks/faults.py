@@ -15,9 +15,10 @@ field does not apply), plus the details of each scenario.
   checkpoint is registered; Ray Train restarts the group from it (`max_failures=1`)
 - serve, the Generator replica process SIGKILLed under a closed-loop load of 4 clients
 
-`recovery_s`: for augment and training, the faulted run's extra wall time over the same job
-uninterrupted, on the same cluster, in the same run; for serving, from the kill to the first answer to
-a request sent after it. Node-death detection is shortened and one-CPU nodes keep their idle worker
+`recovery_s`: for augment and training, the time from the fault to the end of the job (a killed
+driver's rerun included), less the same job's uninterrupted run, on the same cluster in the same run,
+from the same point (its first shard written, its first checkpoint registered) to its end; for serving,
+from the kill to the first answer to a request sent after it. Node-death detection is shortened and one-CPU nodes keep their idle worker
 processes (`FAST_FAILURE_DETECTION`, `SMALL_NODES` in tests/cluster_nodes.py, recorded in the JSON):
 with Ray's defaults a dead node takes about 30 s longer to be declared dead.
 
@@ -85,16 +86,16 @@ def _cluster_faults(work: Path, world: Path, model: Path, index: Any, shards: in
         instances = write_instance_shards(world, work / "instances", shards, rows)
         inputs = AugmentInputs(instances, Path(index.index.passages), Path(index.index.out_dir), model)
         reference = augment_clean(cluster, inputs, work / "reference", work)
-        payload["augment_reference_wall_s"] = round(reference["wall_s"], 2)
-        faults.append(augment_with_node_fault(cluster, inputs, work / "node_kill", work, "kill", reference["wall_s"]))
+        payload["augment_reference"] = reference
+        faults.append(augment_with_node_fault(cluster, inputs, work / "node_kill", work, "kill", reference))
         if quick:
             return faults
-        faults.append(augment_with_node_fault(cluster, inputs, work / "node_cut", work, "cut", reference["wall_s"]))
-        faults.append(augment_driver_kill(cluster, inputs, work / "driver_kill", work, reference["wall_s"]))
+        faults.append(augment_with_node_fault(cluster, inputs, work / "node_cut", work, "cut", reference))
+        faults.append(augment_driver_kill(cluster, inputs, work / "driver_kill", work, reference))
         data = write_generator_rows(work / "d_gen", TRAIN_ROWS)
         clean = train_clean(cluster, model, data, work / "train_ref", work)
-        payload["train_reference_wall_s"] = clean["wall_s"]
-        killed = train_worker_kill(cluster, model, data, work / "train_kill", work, clean["wall_s"])
+        payload["train_reference"] = clean
+        killed = train_worker_kill(cluster, model, data, work / "train_kill", work, clean)
         killed["max_weight_diff_vs_uninterrupted"] = max_weight_difference(work / "train_ref", work / "train_kill")
         faults.append(killed)
     return faults

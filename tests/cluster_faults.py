@@ -145,17 +145,25 @@ def shards_written(out: Path) -> int:
 
 
 def augment_clean(cluster: NetnsCluster, inputs: AugmentInputs, out: Path, work: Path) -> dict[str, Any]:
+    """The uninterrupted run. `after_first_shard_s`, its time from the first shard written to the end, is
+    the baseline of the faulted runs' `recovery_s` (their faults land at that point; the start-up
+    before it varies by more than a fault costs on a loaded machine)."""
     log = work / f"{out.name}.log"
     start = time.time()
-    finish(cluster.popen(0, augment_argv(inputs, out), log), log)
-    return record("none (reference run)", wall_s=time.time() - start, **count_rows(inputs, out))
+    proc = cluster.popen(0, augment_argv(inputs, out), log)
+    first = wait_for(lambda: shards_written(out) >= 1 and time.time(), RUN_TIMEOUT_S, "a first output shard", proc,
+                     log, poll_s=0.05)
+    end = finish(proc, log)
+    return record("none (reference run)", wall_s=round(end - start, 2), after_first_shard_s=round(end - first, 2),
+                  **count_rows(inputs, out))
 
 
 def augment_with_node_fault(cluster: NetnsCluster, inputs: AugmentInputs, out: Path, work: Path, how: str,
-                            reference_wall_s: float) -> dict[str, Any]:
+                            reference: dict[str, Any]) -> dict[str, Any]:
     """Kill (`how="kill"`) or cut off (`how="cut"`) a worker node that hosts an augment actor, once the
-    first output shard is written, and let the job finish. `recovery_s`: the extra wall time over the
-    same-run reference. The node is replaced afterwards so the next scenario has the same cluster."""
+    first output shard is written, and let the job finish. `recovery_s`: the time from the fault to the
+    end, less the same-run reference's from its first shard to its end. The node is replaced afterwards
+    so the next scenario has the same cluster."""
     log = work / f"{out.name}.log"
     start = time.time()
     proc = cluster.popen(0, augment_argv(inputs, out), log)
@@ -172,14 +180,16 @@ def augment_with_node_fault(cluster: NetnsCluster, inputs: AugmentInputs, out: P
     total_shards = len(list(inputs.instances.glob("*.parquet")))
     what = "SIGKILL of every process" if how == "kill" else "link down (network partition)"
     return record(f"augment: worker node {victim} ({what}) after {shards_at_fault}/{total_shards} shards written",
-                  recovery_s=round((end - start) - reference_wall_s, 2), wall_s=round(end - start, 2),
-                  fault_at_s=round(fault_at - start, 2), shards_at_fault=shards_at_fault,
+                  recovery_s=round((end - fault_at) - reference["after_first_shard_s"], 2),
+                  wall_s=round(end - start, 2), fault_at_s=round(fault_at - start, 2), shards_at_fault=shards_at_fault,
                   total_shards=total_shards, **counts)
 
 
 def augment_driver_kill(cluster: NetnsCluster, inputs: AugmentInputs, out: Path, work: Path,
-                        reference_wall_s: float) -> dict[str, Any]:
-    """SIGKILL the driver after its first shard, then rerun the same command to completion."""
+                        reference: dict[str, Any]) -> dict[str, Any]:
+    """SIGKILL the driver after its first shard, then rerun the same command to completion. `recovery_s`:
+    from the kill to the rerun's end (its start-up included), less the reference's time after its first
+    shard."""
     log = work / f"{out.name}.killed.log"
     start = time.time()
     proc = cluster.popen(0, augment_argv(inputs, out), log)
@@ -193,8 +203,8 @@ def augment_driver_kill(cluster: NetnsCluster, inputs: AugmentInputs, out: Path,
     stats = json.loads((out / "stats.json").read_text())
     total_shards = len(list(inputs.instances.glob("*.parquet")))
     return record(f"augment: driver SIGKILLed after {shards_at_kill}/{total_shards} shards written, then rerun",
-                  recovery_s=round((end - start) - reference_wall_s, 2), wall_s=round(end - start, 2),
-                  rerun_s=round(end - rerun_start, 2), fault_at_s=round(killed_at - start, 2),
+                  recovery_s=round((end - killed_at) - reference["after_first_shard_s"], 2),
+                  wall_s=round(end - start, 2), rerun_s=round(end - rerun_start, 2), fault_at_s=round(killed_at - start, 2),
                   shards_at_fault=shards_at_kill, shards_skipped_on_rerun=stats.get("shards_skipped"),
                   total_shards=total_shards, **count_rows(inputs, out))
 
@@ -323,17 +333,23 @@ def kill_train_worker_after_checkpoint(out: Path, stage: str, processes: Callabl
 
 
 def train_clean(cluster: NetnsCluster, base_model: Path, data: Path, out: Path, work: Path) -> dict[str, Any]:
+    """The uninterrupted run; `after_first_checkpoint_s` (from its first registered checkpoint to its end)
+    is the baseline of the faulted run's `recovery_s`."""
     log = work / f"{out.name}.log"
     start = time.time()
-    finish(cluster.popen(0, train_argv(base_model, data, out), log), log)
-    return record("none (reference run)", wall_s=round(time.time() - start, 2))
+    proc = cluster.popen(0, train_argv(base_model, data, out), log)
+    first = wait_for(lambda: registered_checkpoint_step(out / "checkpoints" / "main") and time.time(), RUN_TIMEOUT_S,
+                     "a registered checkpoint", proc, log, poll_s=0.05)
+    end = finish(proc, log)
+    return record("none (reference run)", wall_s=round(end - start, 2), after_first_checkpoint_s=round(end - first, 2))
 
 
 def train_worker_kill(cluster: NetnsCluster, base_model: Path, data: Path, out: Path, work: Path,
-                      reference_wall_s: float) -> dict[str, Any]:
+                      reference: dict[str, Any]) -> dict[str, Any]:
     """SIGKILL one Ray Train worker process (on a worker node) once its first checkpoint is registered:
     Ray Train restarts the group from the latest checkpoint (`max_failures=1`), which restores the
-    weights, the optimizer, the lr schedule and the data position."""
+    weights, the optimizer, the lr schedule and the data position. `recovery_s`: from the kill to the
+    end, less the reference's time from its first registered checkpoint to its end."""
     log = work / f"{out.name}.log"
     start = time.time()
     proc = cluster.popen(0, train_argv(base_model, data, out), log)
@@ -343,8 +359,8 @@ def train_worker_kill(cluster: NetnsCluster, base_model: Path, data: Path, out: 
     return record(f"train generator (ZeRO-3, 2 workers on 2 nodes): SIGKILL of a Ray Train worker process "
                   f"({kill.title.split(']')[0][1:]}) after step {kill.step_logged} of {TRAIN_STEPS}, checkpoint of step "
                   f"{kill.checkpoint_step} registered",
-                  recovery_s=round((end - start) - reference_wall_s, 2), wall_s=round(end - start, 2),
-                  fault_at_s=round(kill.at - start, 2), step_at_kill=kill.step_logged,
+                  recovery_s=round((end - kill.at) - reference["after_first_checkpoint_s"], 2),
+                  wall_s=round(end - start, 2), fault_at_s=round(kill.at - start, 2), step_at_kill=kill.step_logged,
                   checkpoint_at_kill=kill.checkpoint_step, resumed_from_step=stage.get("resumed_from_step"),
                   steps=stage.get("steps"))
 

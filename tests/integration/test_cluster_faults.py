@@ -81,7 +81,7 @@ def test_augmentation_survives_a_dead_node_a_partitioned_node_and_a_killed_drive
 
     for how in ("kill", "cut"):
         out = tmp_path / f"node_{how}"
-        rec = augment_with_node_fault(cluster, augment_inputs, out, tmp_path, how, reference["wall_s"])
+        rec = augment_with_node_fault(cluster, augment_inputs, out, tmp_path, how, reference)
         # the fault hit a running job, and nothing was lost or written twice
         assert rec["shards_at_fault"] < rec["total_shards"], rec
         assert (rec["lost"], rec["duplicates"], rec["unexpected"]) == (0, 0, 0), rec
@@ -90,7 +90,7 @@ def test_augmentation_survives_a_dead_node_a_partitioned_node_and_a_killed_drive
         assert len(cluster.nodes) == 3  # the node was replaced for the next run
 
     out = tmp_path / "driver_kill"
-    rec = augment_driver_kill(cluster, augment_inputs, out, tmp_path, reference["wall_s"])
+    rec = augment_driver_kill(cluster, augment_inputs, out, tmp_path, reference)
     assert 1 <= rec["shards_skipped_on_rerun"] < rec["total_shards"], rec
     assert (rec["lost"], rec["duplicates"]) == (0, 0), rec
     assert shard_bytes(out) == expected
@@ -101,7 +101,7 @@ def test_generator_training_survives_a_killed_worker_process_and_ends_where_an_u
         cluster, tiny_model_dir, tmp_path):
     data = write_generator_rows(tmp_path / "d_gen", TRAIN_ROWS)
     clean = train_clean(cluster, tiny_model_dir, data, tmp_path / "clean", tmp_path)
-    rec = train_worker_kill(cluster, tiny_model_dir, data, tmp_path / "killed", tmp_path, clean["wall_s"])
+    rec = train_worker_kill(cluster, tiny_model_dir, data, tmp_path / "killed", tmp_path, clean)
     reference = metrics_by_attempt(tmp_path / "clean" / "logs" / "main.metrics.jsonl")
     attempts = metrics_by_attempt(tmp_path / "killed" / "logs" / "main.metrics.jsonl")
     assert sorted(reference) == [0] and sorted(reference[0]) == list(range(1, TRAIN_STEPS + 1))
