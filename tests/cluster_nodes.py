@@ -264,12 +264,23 @@ class NetnsCluster:
         return self.start_nodes([i], timeout_s)[0]
 
     def start_nodes(self, indices: list[int], timeout_s: float = 120) -> list[RayNode]:
-        """Start these nodes at once (worker starts overlap) and wait for each."""
+        """Start these nodes at once (worker starts overlap) and wait for each. A node that fails to start
+        is started once more: on a loaded machine `ray start` can give up waiting for the GCS ("Deadline
+        Exceeded") although nothing is wrong."""
         launched = [(i, *self._launch_node(i)) for i in indices]
         for i, proc, argv, log in launched:
-            _wait_started(proc, argv, log, timeout_s)
+            try:
+                _wait_started(proc, argv, log, timeout_s)
+            except RuntimeError:
+                self._kill_namespace(i)
+                proc, argv, log = self._launch_node(i)
+                _wait_started(proc, argv, log, timeout_s)
             self.nodes[i] = RayNode(f"node{i}", self.ip(i), self.work / f"n{i}", proc, netns=self.ns(i), log=log)
         return [self.nodes[i] for i in indices]
+
+    def _kill_namespace(self, i: int) -> None:
+        out = subprocess.run(["ip", "netns", "pids", self.ns(i)], capture_output=True, text=True).stdout
+        _kill_all([int(p) for p in out.split()], signal.SIGKILL)
 
     def _launch_node(self, i: int) -> tuple[subprocess.Popen, list[str], Path]:
         temp = self.work / f"n{i}"
@@ -323,8 +334,7 @@ class NetnsCluster:
             ns = self.ns(i)
             if ns not in names:
                 continue
-            out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout
-            _kill_all([int(p) for p in out.split()], signal.SIGKILL)
+            self._kill_namespace(i)
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
     def __enter__(self) -> NetnsCluster:
