@@ -87,7 +87,8 @@ def _cluster_faults(work: Path, world: Path, model: Path, index: Any, shards: in
         inputs = AugmentInputs(instances, Path(index.index.passages), Path(index.index.out_dir), model)
         reference = augment_clean(cluster, inputs, work / "reference", work)
         payload["augment_reference"] = reference
-        faults.append(augment_with_node_fault(cluster, inputs, work / "node_kill", work, "kill", reference))
+        faults.append(augment_with_node_fault(cluster, inputs, work / "node_kill", work, "kill", reference,
+                                              replace=not quick))
         if quick:
             return faults
         faults.append(augment_with_node_fault(cluster, inputs, work / "node_cut", work, "cut", reference))

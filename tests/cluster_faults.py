@@ -159,11 +159,11 @@ def augment_clean(cluster: NetnsCluster, inputs: AugmentInputs, out: Path, work:
 
 
 def augment_with_node_fault(cluster: NetnsCluster, inputs: AugmentInputs, out: Path, work: Path, how: str,
-                            reference: dict[str, Any]) -> dict[str, Any]:
+                            reference: dict[str, Any], replace: bool = True) -> dict[str, Any]:
     """Kill (`how="kill"`) or cut off (`how="cut"`) a worker node that hosts an augment actor, once the
     first output shard is written, and let the job finish. `recovery_s`: the time from the fault to the
     end, less the same-run reference's from its first shard to its end. The node is replaced afterwards
-    so the next scenario has the same cluster."""
+    (`replace`) so that a next scenario has the same cluster."""
     log = work / f"{out.name}.log"
     start = time.time()
     proc = cluster.popen(0, augment_argv(inputs, out), log)
@@ -176,7 +176,8 @@ def augment_with_node_fault(cluster: NetnsCluster, inputs: AugmentInputs, out: P
     fault_at = cluster.nodes[victim].kill() if how == "kill" else cluster.cut(victim)
     end = finish(proc, log)
     counts = count_rows(inputs, out)
-    cluster.restart_worker(victim)
+    if replace:
+        cluster.restart_worker(victim)
     total_shards = len(list(inputs.instances.glob("*.parquet")))
     what = "SIGKILL of every process" if how == "kill" else "link down (network partition)"
     return record(f"augment: worker node {victim} ({what}) after {shards_at_fault}/{total_shards} shards written",
