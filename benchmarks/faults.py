@@ -74,6 +74,7 @@ def _cluster_faults(work: Path, world: Path, model: Path, index: Any, shards: in
         augment_driver_kill,
         augment_with_node_fault,
         max_weight_difference,
+        on_head,
         train_clean,
         train_worker_kill,
         write_generator_rows,
@@ -85,7 +86,7 @@ def _cluster_faults(work: Path, world: Path, model: Path, index: Any, shards: in
     with NetnsCluster(work / "cluster", workers=2) as cluster:
         instances = write_instance_shards(world, work / "instances", shards, rows)
         inputs = AugmentInputs(instances, Path(index.index.passages), Path(index.index.out_dir), model)
-        reference = augment_clean(cluster, inputs, work / "reference", work)
+        reference = augment_clean(on_head(cluster), inputs, work / "reference", work)
         payload["augment_reference"] = reference
         faults.append(augment_with_node_fault(cluster, inputs, work / "node_kill", work, "kill", reference,
                                               replace=not quick))
@@ -94,7 +95,7 @@ def _cluster_faults(work: Path, world: Path, model: Path, index: Any, shards: in
         faults.append(augment_with_node_fault(cluster, inputs, work / "node_cut", work, "cut", reference))
         faults.append(augment_driver_kill(cluster, inputs, work / "driver_kill", work, reference))
         data = write_generator_rows(work / "d_gen", TRAIN_ROWS)
-        clean = train_clean(cluster, model, data, work / "train_ref", work)
+        clean = train_clean(on_head(cluster), model, data, work / "train_ref", work)
         payload["train_reference"] = clean
         killed = train_worker_kill(cluster, model, data, work / "train_kill", work, clean)
         killed["max_weight_diff_vs_uninterrupted"] = max_weight_difference(work / "train_ref", work / "train_kill")

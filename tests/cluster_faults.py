@@ -27,12 +27,34 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cluster_nodes import NetnsCluster  # noqa: E402
+from cluster_nodes import ROOT, SMALL_NODES, NetnsCluster, base_env  # noqa: E402
 
 from raypipe.config import RetrievalConfig  # noqa: E402
 
 PY = sys.executable
 RUN_TIMEOUT_S = 600
+
+#: starts a driver: (argv, log file) -> its process
+Launch = Callable[[list[str], Path], subprocess.Popen]
+
+
+def on_head(cluster: NetnsCluster) -> Launch:
+    """Drivers inside the head's namespace of `cluster`."""
+    return lambda argv, log: cluster.popen(0, argv, log)
+
+
+def on_instance(address: str) -> Launch:
+    """Drivers of the Ray instance at `address` on this machine (a test session's own, one node)."""
+    def launch(argv: list[str], log: Path) -> subprocess.Popen:
+        return subprocess.Popen(argv, env=base_env(RAY_ADDRESS=address, **SMALL_NODES), cwd=ROOT, stdout=log.open("w"),
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    return launch
+
+
+def _recovery_s(after_fault_s: float, reference: dict[str, Any] | None, key: str) -> float | None:
+    """A faulted run's time from its fault to its end, less the reference's from the same point (None
+    without a reference: when it ran at the same time, the difference would measure the contention)."""
+    return round(after_fault_s - reference[key], 2) if reference else None
 
 
 def record(fault: str, **fields: Any) -> dict[str, Any]:
@@ -144,13 +166,13 @@ def shards_written(out: Path) -> int:
     return len(list((out / "data").glob("*.parquet"))) if (out / "data").exists() else 0
 
 
-def augment_clean(cluster: NetnsCluster, inputs: AugmentInputs, out: Path, work: Path) -> dict[str, Any]:
+def augment_clean(launch: Launch, inputs: AugmentInputs, out: Path, work: Path) -> dict[str, Any]:
     """The uninterrupted run. `after_first_shard_s`, its time from the first shard written to the end, is
     the baseline of the faulted runs' `recovery_s` (their faults land at that point; the start-up
     before it varies by more than a fault costs on a loaded machine)."""
     log = work / f"{out.name}.log"
     start = time.time()
-    proc = cluster.popen(0, augment_argv(inputs, out), log)
+    proc = launch(augment_argv(inputs, out), log)
     first = wait_for(lambda: shards_written(out) >= 1 and time.time(), RUN_TIMEOUT_S, "a first output shard", proc,
                      log, poll_s=0.05)
     end = finish(proc, log)
@@ -159,15 +181,17 @@ def augment_clean(cluster: NetnsCluster, inputs: AugmentInputs, out: Path, work:
 
 
 def augment_with_node_fault(cluster: NetnsCluster, inputs: AugmentInputs, out: Path, work: Path, how: str,
-                            reference: dict[str, Any], replace: bool = True) -> dict[str, Any]:
+                            reference: dict[str, Any] | None, replace: bool = True) -> dict[str, Any]:
     """Kill (`how="kill"`) or cut off (`how="cut"`) a worker node that hosts an augment actor, once the
     first output shard is written, and let the job finish. `recovery_s`: the time from the fault to the
-    end, less the same-run reference's from its first shard to its end. The node is replaced afterwards
-    (`replace`) so that a next scenario has the same cluster."""
+    end, less the same-run reference's from its first shard to its end (None without a reference). The
+    node is replaced afterwards (`replace`, in the background: `cluster.wait_nodes()` waits for it) so
+    that a next scenario has the same cluster."""
     log = work / f"{out.name}.log"
     start = time.time()
     proc = cluster.popen(0, augment_argv(inputs, out), log)
     wait_for(lambda: shards_written(out) >= 1, RUN_TIMEOUT_S, "a first output shard", proc, log, poll_s=0.05)
+    cluster.wait_nodes()  # a node the previous scenario replaced
     hosts = workers_hosting(cluster, "MapWorker")
     if not hosts:
         raise RuntimeError("no worker node hosts an augment actor: the fault would hit nothing")
@@ -177,17 +201,17 @@ def augment_with_node_fault(cluster: NetnsCluster, inputs: AugmentInputs, out: P
     end = finish(proc, log)
     counts = count_rows(inputs, out)
     if replace:
-        cluster.restart_worker(victim)
+        cluster.restart_worker(victim, wait=False)  # it starts while the next scenario does
     total_shards = len(list(inputs.instances.glob("*.parquet")))
     what = "SIGKILL of every process" if how == "kill" else "link down (network partition)"
     return record(f"augment: worker node {victim} ({what}) after {shards_at_fault}/{total_shards} shards written",
-                  recovery_s=round((end - fault_at) - reference["after_first_shard_s"], 2),
+                  recovery_s=_recovery_s(end - fault_at, reference, "after_first_shard_s"),
                   wall_s=round(end - start, 2), fault_at_s=round(fault_at - start, 2), shards_at_fault=shards_at_fault,
                   total_shards=total_shards, **counts)
 
 
 def augment_driver_kill(cluster: NetnsCluster, inputs: AugmentInputs, out: Path, work: Path,
-                        reference: dict[str, Any]) -> dict[str, Any]:
+                        reference: dict[str, Any] | None) -> dict[str, Any]:
     """SIGKILL the driver after its first shard, then rerun the same command to completion. `recovery_s`:
     from the kill to the rerun's end (its start-up included), less the reference's time after its first
     shard."""
@@ -204,7 +228,7 @@ def augment_driver_kill(cluster: NetnsCluster, inputs: AugmentInputs, out: Path,
     stats = json.loads((out / "stats.json").read_text())
     total_shards = len(list(inputs.instances.glob("*.parquet")))
     return record(f"augment: driver SIGKILLed after {shards_at_kill}/{total_shards} shards written, then rerun",
-                  recovery_s=round((end - killed_at) - reference["after_first_shard_s"], 2),
+                  recovery_s=_recovery_s(end - killed_at, reference, "after_first_shard_s"),
                   wall_s=round(end - start, 2), rerun_s=round(end - rerun_start, 2), fault_at_s=round(killed_at - start, 2),
                   shards_at_fault=shards_at_kill, shards_skipped_on_rerun=stats.get("shards_skipped"),
                   total_shards=total_shards, **count_rows(inputs, out))
@@ -333,12 +357,12 @@ def kill_train_worker_after_checkpoint(out: Path, stage: str, processes: Callabl
     return Kill(*victims[-1], at, last_step(metrics_log), checkpoint)
 
 
-def train_clean(cluster: NetnsCluster, base_model: Path, data: Path, out: Path, work: Path) -> dict[str, Any]:
+def train_clean(launch: Launch, base_model: Path, data: Path, out: Path, work: Path) -> dict[str, Any]:
     """The uninterrupted run; `after_first_checkpoint_s` (from its first registered checkpoint to its end)
     is the baseline of the faulted run's `recovery_s`."""
     log = work / f"{out.name}.log"
     start = time.time()
-    proc = cluster.popen(0, train_argv(base_model, data, out), log)
+    proc = launch(train_argv(base_model, data, out), log)
     first = wait_for(lambda: registered_checkpoint_step(out / "checkpoints" / "main") and time.time(), RUN_TIMEOUT_S,
                      "a registered checkpoint", proc, log, poll_s=0.05)
     end = finish(proc, log)
@@ -346,12 +370,13 @@ def train_clean(cluster: NetnsCluster, base_model: Path, data: Path, out: Path, 
 
 
 def train_worker_kill(cluster: NetnsCluster, base_model: Path, data: Path, out: Path, work: Path,
-                      reference: dict[str, Any]) -> dict[str, Any]:
+                      reference: dict[str, Any] | None) -> dict[str, Any]:
     """SIGKILL one Ray Train worker process (on a worker node) once its first checkpoint is registered:
     Ray Train restarts the group from the latest checkpoint (`max_failures=1`), which restores the
     weights, the optimizer, the lr schedule and the data position. `recovery_s`: from the kill to the
     end, less the reference's time from its first registered checkpoint to its end."""
     log = work / f"{out.name}.log"
+    cluster.wait_nodes()  # a node a previous scenario replaced
     start = time.time()
     proc = cluster.popen(0, train_argv(base_model, data, out), log)
     kill = kill_train_worker_after_checkpoint(out, "main", lambda: cluster_processes(cluster), proc, log)
@@ -360,7 +385,7 @@ def train_worker_kill(cluster: NetnsCluster, base_model: Path, data: Path, out: 
     return record(f"train generator (ZeRO-3, 2 workers on 2 nodes): SIGKILL of a Ray Train worker process "
                   f"({kill.title.split(']')[0][1:]}) after step {kill.step_logged} of {TRAIN_STEPS}, checkpoint of step "
                   f"{kill.checkpoint_step} registered",
-                  recovery_s=round((end - kill.at) - reference["after_first_checkpoint_s"], 2),
+                  recovery_s=_recovery_s(end - kill.at, reference, "after_first_checkpoint_s"),
                   wall_s=round(end - start, 2), fault_at_s=round(kill.at - start, 2), step_at_kill=kill.step_logged,
                   checkpoint_at_kill=kill.checkpoint_step, resumed_from_step=stage.get("resumed_from_step"),
                   steps=stage.get("steps"))

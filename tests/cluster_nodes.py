@@ -212,6 +212,8 @@ class NetnsCluster:
     env: dict[str, str] = field(default_factory=lambda: {**FAST_FAILURE_DETECTION, **SMALL_NODES})
     prefix: str = field(default_factory=lambda: f"rp{secrets.token_hex(3)}")
     nodes: dict[int, RayNode] = field(default_factory=dict)
+    #: nodes launched and not yet seen up: index -> (process, argv, log)
+    starting: dict[int, tuple[subprocess.Popen, list[str], Path]] = field(default_factory=dict)
     gcs_port: int = 6379
 
     # -- network ---------------------------------------------------------------------------------
@@ -264,11 +266,21 @@ class NetnsCluster:
         return self.start_nodes([i], timeout_s)[0]
 
     def start_nodes(self, indices: list[int], timeout_s: float = 120) -> list[RayNode]:
-        """Start these nodes at once (worker starts overlap) and wait for each. A node that fails to start
-        is started once more: on a loaded machine `ray start` can give up waiting for the GCS ("Deadline
-        Exceeded") although nothing is wrong."""
-        launched = [(i, *self._launch_node(i)) for i in indices]
-        for i, proc, argv, log in launched:
+        """Start these nodes at once (worker starts overlap) and wait for each."""
+        for i in indices:
+            self.launch_node(i)
+        self.wait_nodes(timeout_s)
+        return [self.nodes[i] for i in indices]
+
+    def launch_node(self, i: int) -> None:
+        """Start node `i` without waiting for it (`wait_nodes` does)."""
+        self.starting[i] = self._launch_node(i)
+
+    def wait_nodes(self, timeout_s: float = 120) -> None:
+        """Wait for the nodes launched and not yet up. A node that fails to start is started once more:
+        on a loaded machine `ray start` can give up waiting for the GCS ("Deadline Exceeded") although
+        nothing is wrong."""
+        for i, (proc, argv, log) in list(self.starting.items()):
             try:
                 _wait_started(proc, argv, log, timeout_s)
             except RuntimeError:
@@ -276,7 +288,7 @@ class NetnsCluster:
                 proc, argv, log = self._launch_node(i)
                 _wait_started(proc, argv, log, timeout_s)
             self.nodes[i] = RayNode(f"node{i}", self.ip(i), self.work / f"n{i}", proc, netns=self.ns(i), log=log)
-        return [self.nodes[i] for i in indices]
+            del self.starting[i]
 
     def _kill_namespace(self, i: int) -> None:
         out = subprocess.run(["ip", "netns", "pids", self.ns(i)], capture_output=True, text=True).stdout
@@ -310,13 +322,16 @@ class NetnsCluster:
             raise
         return self
 
-    def restart_worker(self, i: int) -> RayNode:
-        """A fresh node in worker `i`'s namespace, after a kill or a cut (old processes are killed)."""
+    def restart_worker(self, i: int, wait: bool = True) -> None:
+        """A fresh node in worker `i`'s namespace, after a kill or a cut (old processes are killed); with
+        `wait=False` it starts while the caller goes on, until the next `wait_nodes`."""
         old = self.nodes.pop(i, None)
         if old is not None:
             old.stop()
         self.reconnect(i)
-        return self.start_node(i)
+        self.launch_node(i)
+        if wait:
+            self.wait_nodes()
 
     def popen(self, i: int, argv: list[str], log: Path, **env_extra: str) -> subprocess.Popen:
         """Run `argv` inside node `i`'s namespace as a driver of this cluster (RAY_ADDRESS set)."""
@@ -329,6 +344,7 @@ class NetnsCluster:
         for node in list(self.nodes.values()):
             node.stop()
         self.nodes.clear()
+        self.starting.clear()  # their processes are in the namespaces, killed below
         names = set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
         for i in range(self.workers + 1):
             ns = self.ns(i)

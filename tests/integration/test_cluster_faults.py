@@ -8,10 +8,11 @@ with the bytes of an uninterrupted run on the same cluster.
 
 Training (`jobs/train.py generator`: ZeRO-3, two Ray Train workers of one CPU on two nodes): one worker
 process is SIGKILLed once the first checkpoint is registered; Ray Train restarts the group from it
-(`max_failures=1`) and the run must end with the loss curve and the weights of an uninterrupted run.
+(`max_failures=1`) and the run must end with the loss curve and the weights of an uninterrupted run
+(made on the session's own one-node Ray instance meanwhile).
 
 The serving fault (a Generator replica killed under load) is in test_serving.py, next to its app.
-One cluster serves the module: the node a fault took is replaced before the next scenario.
+One cluster serves the module: the node a fault took is replaced while the next scenario starts.
 
 Skipped with the reason when this machine cannot make namespaces (needs root and iproute2).
 """
@@ -19,6 +20,7 @@ Skipped with the reason when this machine cannot make namespaces (needs root and
 from __future__ import annotations
 
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -30,12 +32,15 @@ from cluster_faults import (  # noqa: E402
     TRAIN_ROWS,
     TRAIN_STEPS,
     AugmentInputs,
+    Launch,
     augment_clean,
     augment_driver_kill,
     augment_with_node_fault,
     flat_index,
     max_weight_difference,
     metrics_by_attempt,
+    on_head,
+    on_instance,
     shard_bytes,
     train_clean,
     train_worker_kill,
@@ -72,9 +77,17 @@ def augment_inputs(world_dir, tiny_model_dir, tmp_path_factory) -> AugmentInputs
     return AugmentInputs(instances, passages, Path(index.index.out_dir), tiny_model_dir)
 
 
+@pytest.fixture(scope="module")
+def session_instance(ray_cluster) -> Launch:
+    """Drivers of this session's own Ray instance (one node): the uninterrupted training run goes there,
+    at the same time as the faulted one on the cluster (Ray Train starts its actors one after the other,
+    polling, so a second job overlaps well), and weights must not depend on where they were made."""
+    return on_instance(ray_cluster.get_runtime_context().gcs_address)
+
+
 @needs_netns
 def test_augmentation_survives_a_dead_node_a_partitioned_node_and_a_killed_driver(cluster, augment_inputs, tmp_path):
-    reference = augment_clean(cluster, augment_inputs, tmp_path / "reference", tmp_path)
+    reference = augment_clean(on_head(cluster), augment_inputs, tmp_path / "reference", tmp_path)
     assert reference["lost"] == reference["duplicates"] == reference["unexpected"] == 0
     assert reference["rows_out"] == reference["rows_in"] == SHARDS * ROWS_PER_SHARD
     expected = shard_bytes(tmp_path / "reference")
@@ -87,6 +100,7 @@ def test_augmentation_survives_a_dead_node_a_partitioned_node_and_a_killed_drive
         assert (rec["lost"], rec["duplicates"], rec["unexpected"]) == (0, 0, 0), rec
         assert rec["rows_out"] == rec["rows_in"]
         assert shard_bytes(out) == expected, f"{how}: output differs from the uninterrupted run"
+        cluster.wait_nodes()
         assert len(cluster.nodes) == 3  # the node was replaced for the next run
 
     out = tmp_path / "driver_kill"
@@ -98,10 +112,12 @@ def test_augmentation_survives_a_dead_node_a_partitioned_node_and_a_killed_drive
 
 @needs_netns
 def test_generator_training_survives_a_killed_worker_process_and_ends_where_an_uninterrupted_run_ends(
-        cluster, tiny_model_dir, tmp_path):
+        cluster, session_instance, tiny_model_dir, tmp_path):
     data = write_generator_rows(tmp_path / "d_gen", TRAIN_ROWS)
-    clean = train_clean(cluster, tiny_model_dir, data, tmp_path / "clean", tmp_path)
-    rec = train_worker_kill(cluster, tiny_model_dir, data, tmp_path / "killed", tmp_path, clean)
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(train_clean, session_instance, tiny_model_dir, data, tmp_path / "clean", tmp_path)
+        rec = train_worker_kill(cluster, tiny_model_dir, data, tmp_path / "killed", tmp_path, None)
+        pending.result()
     reference = metrics_by_attempt(tmp_path / "clean" / "logs" / "main.metrics.jsonl")
     attempts = metrics_by_attempt(tmp_path / "killed" / "logs" / "main.metrics.jsonl")
     assert sorted(reference) == [0] and sorted(reference[0]) == list(range(1, TRAIN_STEPS + 1))
