@@ -1,30 +1,41 @@
-"""Node and process failures on a real multi-node cluster (issue 17): what is lost, and what it costs.
+"""Node and process failures (issue 17): what is lost, and what it costs.
 
-A head and two workers, each in its own network namespace (as root; `tests/cluster_nodes.py`), run the
-job entry scripts as a user submits them. Each fault is injected from outside once the run has reached
-a point it can observe, and recorded in `faults`, one object per fault: `fault` (what and when),
-`rows_in`, `rows_out`, `lost`, `duplicates`, `recovery_s`, `client_errors`, `in_flight_at_kill` (null
-where a field does not apply). The baseline of `recovery_s` is the same job uninterrupted, on the same
-cluster, in the same run (`recovery_s` = the faulted run's extra wall time).
+Augmentation and training run on a head and two workers, each in its own network namespace (as root;
+`tests/cluster_nodes.py`), as a user submits them (`jobs/*.py` as the driver); the Serve app runs on
+one local Ray instance with a client loading it over HTTP. Each fault is injected from outside once
+the run has reached a point it can observe (`tests/cluster_faults.py`, shared with the tests), and
+recorded in `faults`, one object per fault: `fault` (what was killed or cut off, and when), `rows_in`,
+`rows_out`, `lost`, `duplicates`, `recovery_s`, `client_errors`, `in_flight_at_kill` (null where a
+field does not apply), plus the details of each scenario.
 
-- augment, worker node SIGKILLed whole after the first shard is written
-- augment, worker node cut off (its link taken down) after the first shard
-- augment, driver SIGKILLed after the first shard, then the same command rerun
-- train generator, one Ray Train worker process SIGKILLed after step 3 (a checkpoint every 2 steps)
+- augment, a worker node SIGKILLed whole after the first shard is written
+- augment, a worker node cut off (its link taken down) after the first shard
+- augment, the driver SIGKILLed after the first shard, then the same command rerun
+- train generator (ZeRO-3, 2 workers on 2 nodes), one Ray Train worker process SIGKILLed once the first
+  checkpoint is registered; Ray Train restarts the group from it (`max_failures=1`)
+- serve, the Generator replica process SIGKILLed under a closed-loop load of 4 clients
 
-Node-death detection is shortened (`FAST_FAILURE_DETECTION` in tests/cluster_nodes.py, recorded in
-the JSON): Ray's defaults take about 30 s longer to declare a node dead.
+`recovery_s`: for augment and training, the time from the fault to the end of the job (a killed
+driver's rerun included), less the same job's uninterrupted run, on the same cluster in the same run,
+from the same point (its first shard written, its first checkpoint registered) to its end; for serving,
+from the kill to the first answer to a request sent after it. Node-death detection is shortened and one-CPU nodes keep their idle worker
+processes (`FAST_FAILURE_DETECTION`, `SMALL_NODES` in tests/cluster_nodes.py, recorded in the JSON):
+with Ray's defaults a dead node takes about 30 s longer to be declared dead.
 
-    python benchmarks/faults.py            # every fault above, 6 shards x 12 instances
-    python benchmarks/faults.py --quick    # the node kill only, 3 shards x 8 instances
+    python benchmarks/faults.py            # every fault above, 12 shards x 10 instances
+    python benchmarks/faults.py --quick    # the node kill (3 shards x 8) and the serving fault
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import secrets
+import socket
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -32,10 +43,13 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from benchmarks._common import timer, write_result  # noqa: E402
 
+APP = "faults"
+TOKEN_ENV = "RAYPIPE_FAULTS_BENCH_TOKEN"
 
-def _world_and_critic(work: Path, instances: int) -> tuple[Path, Path]:
-    """A small synthetic world and an untrained tiny model as the critic (labels arbitrary but
-    well-formed: what is measured is the bookkeeping under faults, not label quality)."""
+
+def _world_and_model(work: Path, instances: int) -> tuple[Path, Path]:
+    """A small synthetic world and an untrained tiny model: the critic of augmentation, the base model of
+    training and the served generator (what is measured is the bookkeeping under faults, not quality)."""
     from raypipe.config import TinyModelConfig, WorldConfig
     from raypipe.data.world import synthesize
     from raypipe.models import build_tiny_model, world_texts
@@ -51,62 +65,106 @@ def _world_and_critic(work: Path, instances: int) -> tuple[Path, Path]:
     return world, model
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="the node kill only, 3 shards x 8 instances")
-    args = parser.parse_args()
-
+def _cluster_faults(work: Path, world: Path, model: Path, index: Any, shards: int, rows: int, quick: bool,
+                    payload: dict[str, Any]) -> list[dict[str, Any]]:
     from cluster_faults import (
+        TRAIN_ROWS,
         AugmentInputs,
         augment_clean,
         augment_driver_kill,
         augment_with_node_fault,
-        build_index,
         max_weight_difference,
+        on_head,
         train_clean,
         train_worker_kill,
+        write_generator_rows,
         write_instance_shards,
     )
-    from cluster_nodes import FAST_FAILURE_DETECTION, NetnsCluster, netns_unavailable
+    from cluster_nodes import NetnsCluster
 
-    shards, rows = (3, 8) if args.quick else (6, 12)
-    payload = {"quick": args.quick, "nodes": "head + 2 workers, one network namespace each",
-               "failure_detection": FAST_FAILURE_DETECTION, "faults": []}
+    faults = []
+    with NetnsCluster(work / "cluster", workers=2) as cluster:
+        instances = write_instance_shards(world, work / "instances", shards, rows)
+        inputs = AugmentInputs(instances, Path(index.index.passages), Path(index.index.out_dir), model)
+        reference = augment_clean(on_head(cluster), inputs, work / "reference", work)
+        payload["augment_reference"] = reference
+        faults.append(augment_with_node_fault(cluster, inputs, work / "node_kill", work, "kill", reference,
+                                              replace=not quick))
+        if quick:
+            return faults
+        faults.append(augment_with_node_fault(cluster, inputs, work / "node_cut", work, "cut", reference))
+        faults.append(augment_driver_kill(cluster, inputs, work / "driver_kill", work, reference))
+        data = write_generator_rows(work / "d_gen", TRAIN_ROWS)
+        clean = train_clean(on_head(cluster), model, data, work / "train_ref", work)
+        payload["train_reference"] = clean
+        killed = train_worker_kill(cluster, model, data, work / "train_kill", work, clean)
+        killed["max_weight_diff_vs_uninterrupted"] = max_weight_difference(work / "train_ref", work / "train_kill")
+        faults.append(killed)
+    return faults
+
+
+def _serve_fault(model: Path, index: Any) -> dict[str, Any]:
+    """The Serve app of the tiny model on a local Ray instance (one node: a replica's death is a process
+    death, the same on any node), its Generator replica killed under load."""
+    import ray
+    from cluster_faults import own_processes, serve_replica_kill
+    from ray import serve
+
+    from raypipe.config import EngineConfig, MethodsConfig, RaypipeConfig, SelfRAGSettings, ServeConfig
+    from raypipe.serving.app import start_app
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    token = secrets.token_hex(8)
+    os.environ[TOKEN_ENV] = token
+    cfg = RaypipeConfig(serve=ServeConfig(port=port, app_name=APP, generator=str(model), auth_token_env=TOKEN_ENV,
+                                          min_replicas=2, max_replicas=2, max_ongoing_requests=2),
+                        engine=EngineConfig(kind="hf"), retrieval=index,
+                        methods=MethodsConfig(selfrag=SelfRAGSettings(beam_width=2, max_depth=2, max_new_tokens=8)))
+    try:
+        url = start_app(cfg)
+        return serve_replica_kill(url, {"Authorization": f"Bearer {token}"}, APP, own_processes, clients=4,
+                                  timeout_s=60)
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+        os.environ.pop(TOKEN_ENV, None)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="the node kill (3 shards x 8) and the serving fault")
+    args = parser.parse_args()
+
+    from cluster_faults import flat_index
+    from cluster_nodes import FAST_FAILURE_DETECTION, SMALL_NODES, netns_unavailable
+
+    from raypipe.data.io import list_data_files
+
+    shards, rows = (3, 8) if args.quick else (12, 10)
+    payload: dict[str, Any] = {
+        "quick": args.quick, "nodes": "head + 2 workers of 1 CPU, one network namespace each (augment, train); "
+        "one local Ray instance (serve)", "failure_detection": FAST_FAILURE_DETECTION, "small_nodes": SMALL_NODES,
+        "faults": []}
+    faults = payload["faults"]
     why = netns_unavailable()
     if why:
-        payload["skipped"] = why
-        write_result("faults", payload)
-        print(f"faults: skipped ({why})")
-        return
-
-    faults = payload["faults"]
+        payload["cluster_faults_skipped"] = why
     with tempfile.TemporaryDirectory(prefix="raypipe-faults-") as tmp, timer() as total:
         work = Path(tmp)
-        world, critic = _world_and_critic(work, shards * rows + 40)
-        with NetnsCluster(work / "cluster", workers=2) as cluster:
-            instances = write_instance_shards(world, work / "instances", shards, rows)
-            index = build_index(cluster, world / "passages", work / "index", work)
-            inputs = AugmentInputs(instances, world / "passages", index, critic)
-            reference = augment_clean(cluster, inputs, work / "reference", work)
-            payload["augment_reference_wall_s"] = round(reference["wall_s"], 2)
-            faults.append(augment_with_node_fault(cluster, inputs, work / "node_kill", work, "kill",
-                                                  reference["wall_s"]))
-            if not args.quick:
-                faults.append(augment_with_node_fault(cluster, inputs, work / "node_cut", work, "cut",
-                                                      reference["wall_s"]))
-                faults.append(augment_driver_kill(cluster, inputs, work / "driver_kill", work, reference["wall_s"]))
-                clean = train_clean(cluster, critic, work / "reference" / "data", work / "train_ref", work)
-                payload["train_reference_wall_s"] = clean["wall_s"]
-                killed = train_worker_kill(cluster, critic, work / "reference" / "data", work / "train_kill", work,
-                                           clean["wall_s"])
-                killed["max_weight_diff_vs_uninterrupted"] = max_weight_difference(work / "train_ref",
-                                                                                   work / "train_kill")
-                faults.append(killed)
+        world, model = _world_and_model(work, shards * rows + 40)
+        index = flat_index(list_data_files(world / "passages")[0], work / "index")
+        if not why:
+            faults += _cluster_faults(work, world, model, index, shards, rows, args.quick, payload)
+        faults.append(_serve_fault(model, index))
     payload["total_s"] = round(total.seconds, 1)
     path = write_result("faults", payload)
     worst = max((f["lost"] or 0) + (f["duplicates"] or 0) for f in faults)
-    print(f"faults: {len(faults)} faults injected, rows lost or duplicated at worst {worst}, recovery_s "
-          f"{[f['recovery_s'] for f in faults]} -> {path}")
+    serving = faults[-1]
+    print(f"faults: {len(faults)} faults injected{f' ({why}: serving only)' if why else ''}, rows lost or "
+          f"duplicated at worst {worst}, recovery_s {[f['recovery_s'] for f in faults]}, serving "
+          f"{serving['client_errors']} client errors of {serving['in_flight_at_kill']} in flight -> {path}")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 from raypipe.config import RayConfig
@@ -85,6 +86,20 @@ def clear_stale_build_locks(extensions_dir: str | Path, max_age_s: float = STALE
     for lock in removed:
         logger.warning("removed a stale build lock left by a killed process: %s", lock)
     return removed
+
+
+def use_installed_ninja() -> None:
+    """Put this interpreter's bin folder first on PATH when it holds `ninja` (DeepSpeed's dependency).
+
+    torch builds DeepSpeed's ops with whichever `ninja` PATH finds first, and two ninja versions
+    (pip's 1.13 and a system 1.11 here) read each other's build log as "command line changed": on a
+    machine with both, every DeepSpeed start from a process with the other PATH (a shell without the
+    venv activated, a Ray node started with it) rebuilt the op, ~40 s, minutes under load."""
+    bin_dir = str(Path(sys.executable).parent)
+    if not (Path(bin_dir) / "ninja").exists():
+        return
+    rest = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and p != bin_dir]
+    os.environ["PATH"] = os.pathsep.join([bin_dir, *rest])
 
 
 def ensure_ray(cfg: RayConfig | None = None) -> None:

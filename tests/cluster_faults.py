@@ -1,15 +1,13 @@
-"""Fault scenarios on a `NetnsCluster`, shared by tests/integration/test_cluster_faults.py (which asserts
-on them) and benchmarks/faults.py (which records them).
+"""Fault scenarios, shared by the tests that assert on them (tests/integration/test_cluster_faults.py,
+test_serving.py, test_training.py) and benchmarks/faults.py, which records them.
 
-Each scenario runs the real job entry scripts (`jobs/*.py`) as drivers inside the head's namespace,
-injects a fault from outside (SIGKILL of a node's processes, its link taken down, SIGKILL of one worker
-process or of the driver) when the run has reached a point it can observe (a shard written, a step
-logged, requests in flight), and returns one record in the shape of benchmarks/results/faults.json:
-`fault`, `rows_in`, `rows_out`, `lost`, `duplicates`, `recovery_s`, `client_errors`,
-`in_flight_at_kill` (None where a field does not apply), plus what the assertions need.
-
-Run as a script (`python tests/cluster_faults.py serve-load ...`) it is the load client of the serving
-scenario, which runs inside the head's namespace next to the app.
+The augmentation and training scenarios run the real job entry scripts (`jobs/*.py`) as drivers inside
+the head's namespace of a `NetnsCluster`; the serving scenario loads a running Serve app over HTTP.
+Each injects its fault from outside (SIGKILL of a node's processes, its link taken down, SIGKILL of one
+worker, replica or driver process) when the run has reached a point it can observe (a shard written, a
+checkpoint registered, answers received), and returns one record in the shape of
+benchmarks/results/faults.json: `fault`, `rows_in`, `rows_out`, `lost`, `duplicates`, `recovery_s`,
+`client_errors`, `in_flight_at_kill` (None where a field does not apply), plus what the assertions need.
 """
 
 from __future__ import annotations
@@ -19,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,10 +27,34 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cluster_nodes import NetnsCluster  # noqa: E402
+from cluster_nodes import ROOT, SMALL_NODES, NetnsCluster, base_env  # noqa: E402
+
+from raypipe.config import RetrievalConfig  # noqa: E402
 
 PY = sys.executable
 RUN_TIMEOUT_S = 600
+
+#: starts a driver: (argv, log file) -> its process
+Launch = Callable[[list[str], Path], subprocess.Popen]
+
+
+def on_head(cluster: NetnsCluster) -> Launch:
+    """Drivers inside the head's namespace of `cluster`."""
+    return lambda argv, log: cluster.popen(0, argv, log)
+
+
+def on_instance(address: str) -> Launch:
+    """Drivers of the Ray instance at `address` on this machine (a test session's own, one node)."""
+    def launch(argv: list[str], log: Path) -> subprocess.Popen:
+        return subprocess.Popen(argv, env=base_env(RAY_ADDRESS=address, **SMALL_NODES), cwd=ROOT, stdout=log.open("w"),
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    return launch
+
+
+def _recovery_s(after_fault_s: float, reference: dict[str, Any] | None, key: str) -> float | None:
+    """A faulted run's time from its fault to its end, less the reference's from the same point (None
+    without a reference: when it ran at the same time, the difference would measure the contention)."""
+    return round(after_fault_s - reference[key], 2) if reference else None
 
 
 def record(fault: str, **fields: Any) -> dict[str, Any]:
@@ -118,15 +141,6 @@ def write_instance_shards(world_dir: Path, out: Path, shards: int, rows_per_shar
     return out
 
 
-def build_index(cluster: NetnsCluster, passages: Path, out: Path, work: Path) -> Path:
-    """The index job on the namespaced cluster (it is also a multi-node Ray Data job)."""
-    log = work / "index.log"
-    proc = cluster.popen(0, [PY, "jobs/build_index.py", f"--set=retrieval.index.passages={passages}",
-                             f"--set=retrieval.index.out_dir={out}"], log)
-    finish(proc, log)
-    return out
-
-
 def augment_argv(inputs: AugmentInputs, out: Path, batch_size: int = 4) -> list[str]:
     """The augment job with sampling off, so every input id must come out exactly once."""
     return [PY, "jobs/augment.py", f"--set=augment.instances={inputs.instances}",
@@ -152,22 +166,32 @@ def shards_written(out: Path) -> int:
     return len(list((out / "data").glob("*.parquet"))) if (out / "data").exists() else 0
 
 
-def augment_clean(cluster: NetnsCluster, inputs: AugmentInputs, out: Path, work: Path) -> dict[str, Any]:
+def augment_clean(launch: Launch, inputs: AugmentInputs, out: Path, work: Path) -> dict[str, Any]:
+    """The uninterrupted run. `after_first_shard_s`, its time from the first shard written to the end, is
+    the baseline of the faulted runs' `recovery_s` (their faults land at that point; the start-up
+    before it varies by more than a fault costs on a loaded machine)."""
     log = work / f"{out.name}.log"
     start = time.time()
-    finish(cluster.popen(0, augment_argv(inputs, out), log), log)
-    return record("none (reference run)", wall_s=time.time() - start, **count_rows(inputs, out))
+    proc = launch(augment_argv(inputs, out), log)
+    first = wait_for(lambda: shards_written(out) >= 1 and time.time(), RUN_TIMEOUT_S, "a first output shard", proc,
+                     log, poll_s=0.05)
+    end = finish(proc, log)
+    return record("none (reference run)", wall_s=round(end - start, 2), after_first_shard_s=round(end - first, 2),
+                  **count_rows(inputs, out))
 
 
 def augment_with_node_fault(cluster: NetnsCluster, inputs: AugmentInputs, out: Path, work: Path, how: str,
-                            reference_wall_s: float) -> dict[str, Any]:
+                            reference: dict[str, Any] | None, replace: bool = True) -> dict[str, Any]:
     """Kill (`how="kill"`) or cut off (`how="cut"`) a worker node that hosts an augment actor, once the
-    first output shard is written, and let the job finish. `recovery_s`: the extra wall time over the
-    same-run reference. The node is replaced afterwards so the next scenario has the same cluster."""
+    first output shard is written, and let the job finish. `recovery_s`: the time from the fault to the
+    end, less the same-run reference's from its first shard to its end (None without a reference). The
+    node is replaced afterwards (`replace`, in the background: `cluster.wait_nodes()` waits for it) so
+    that a next scenario has the same cluster."""
     log = work / f"{out.name}.log"
     start = time.time()
     proc = cluster.popen(0, augment_argv(inputs, out), log)
     wait_for(lambda: shards_written(out) >= 1, RUN_TIMEOUT_S, "a first output shard", proc, log, poll_s=0.05)
+    cluster.wait_nodes()  # a node the previous scenario replaced
     hosts = workers_hosting(cluster, "MapWorker")
     if not hosts:
         raise RuntimeError("no worker node hosts an augment actor: the fault would hit nothing")
@@ -176,18 +200,21 @@ def augment_with_node_fault(cluster: NetnsCluster, inputs: AugmentInputs, out: P
     fault_at = cluster.nodes[victim].kill() if how == "kill" else cluster.cut(victim)
     end = finish(proc, log)
     counts = count_rows(inputs, out)
-    cluster.restart_worker(victim)
+    if replace:
+        cluster.restart_worker(victim, wait=False)  # it starts while the next scenario does
     total_shards = len(list(inputs.instances.glob("*.parquet")))
     what = "SIGKILL of every process" if how == "kill" else "link down (network partition)"
     return record(f"augment: worker node {victim} ({what}) after {shards_at_fault}/{total_shards} shards written",
-                  recovery_s=round((end - start) - reference_wall_s, 2), wall_s=round(end - start, 2),
-                  fault_at_s=round(fault_at - start, 2), shards_at_fault=shards_at_fault,
+                  recovery_s=_recovery_s(end - fault_at, reference, "after_first_shard_s"),
+                  wall_s=round(end - start, 2), fault_at_s=round(fault_at - start, 2), shards_at_fault=shards_at_fault,
                   total_shards=total_shards, **counts)
 
 
 def augment_driver_kill(cluster: NetnsCluster, inputs: AugmentInputs, out: Path, work: Path,
-                        reference_wall_s: float) -> dict[str, Any]:
-    """SIGKILL the driver after its first shard, then rerun the same command to completion."""
+                        reference: dict[str, Any] | None) -> dict[str, Any]:
+    """SIGKILL the driver after its first shard, then rerun the same command to completion. `recovery_s`:
+    from the kill to the rerun's end (its start-up included), less the reference's time after its first
+    shard."""
     log = work / f"{out.name}.killed.log"
     start = time.time()
     proc = cluster.popen(0, augment_argv(inputs, out), log)
@@ -201,15 +228,15 @@ def augment_driver_kill(cluster: NetnsCluster, inputs: AugmentInputs, out: Path,
     stats = json.loads((out / "stats.json").read_text())
     total_shards = len(list(inputs.instances.glob("*.parquet")))
     return record(f"augment: driver SIGKILLed after {shards_at_kill}/{total_shards} shards written, then rerun",
-                  recovery_s=round((end - start) - reference_wall_s, 2), wall_s=round(end - start, 2),
-                  rerun_s=round(end - rerun_start, 2), fault_at_s=round(killed_at - start, 2),
+                  recovery_s=_recovery_s(end - killed_at, reference, "after_first_shard_s"),
+                  wall_s=round(end - start, 2), rerun_s=round(end - rerun_start, 2), fault_at_s=round(killed_at - start, 2),
                   shards_at_fault=shards_at_kill, shards_skipped_on_rerun=stats.get("shards_skipped"),
                   total_shards=total_shards, **count_rows(inputs, out))
 
 
 # --- training -------------------------------------------------------------------------------------
 
-def write_generator_rows(folder: Path, n: int = 48) -> Path:
+def write_generator_rows(folder: Path, n: int) -> Path:
     """A small D_gen (instruction, input, output with reflection tokens and a passage) in two shards."""
     from raypipe.tokens import (
         FULLY_SUPPORTED,
@@ -238,55 +265,130 @@ def write_generator_rows(folder: Path, n: int = 48) -> Path:
     return folder
 
 
+#: D_gen rows of the training scenario: 48 rows / 2 workers / micro-batch 4 = 6 optimizer steps, one epoch
+TRAIN_ROWS, TRAIN_STEPS, TRAIN_CHECKPOINT_EVERY = 48, 6, 2
+
+
 def train_argv(base_model: Path, data: Path, out: Path, max_failures: int = 1) -> list[str]:
-    """Generator training (Eq. 2) on 2 workers: 2 epochs, a checkpoint every 2 optimizer steps."""
-    stages = "[{name: main, lr: 1.0e-3, mask: [prompt, paragraph], epochs: 2}]"
+    """Generator training (Eq. 2) under ZeRO-3 on 2 workers of one CPU each: the nodes have one CPU
+    each, so the two workers are on two nodes. One epoch, a checkpoint every 2 optimizer steps."""
+    stages = "[{name: main, lr: 1.0e-3, mask: [prompt, paragraph], epochs: 1}]"
     return [PY, "jobs/train.py", "generator", f"--set=training.generator.base_model={base_model}",
             f"--set=training.generator.data={data}", f"--set=training.generator.out_dir={out}",
             f"--set=training.generator.stages={stages}", "--set=training.generator.num_workers=2",
-            "--set=training.generator.cpus_per_worker=0.5", "--set=training.generator.micro_batch_size=4",
+            "--set=training.generator.cpus_per_worker=1", "--set=training.generator.micro_batch_size=4",
             "--set=training.generator.grad_accum=1", "--set=training.generator.max_length=128",
-            "--set=training.generator.checkpoint_every=2", "--set=training.generator.log_every=1",
-            f"--set=training.generator.max_failures={max_failures}"]
+            "--set=training.generator.zero_stage=3",
+            f"--set=training.generator.checkpoint_every={TRAIN_CHECKPOINT_EVERY}",
+            "--set=training.generator.log_every=1", f"--set=training.generator.max_failures={max_failures}"]
 
 
-def logged_steps(out: Path) -> list[int]:
-    log = out / "logs" / "main.metrics.jsonl"
-    if not log.exists():
-        return []
-    return [json.loads(line)["step"] for line in log.read_text().splitlines() if line.strip()]
+def metrics_by_attempt(log: Path) -> dict[int, dict[int, dict[str, Any]]]:
+    """The per-step records of a metrics log, per attempt (keyed by the step it started from: 0, then
+    the checkpoint each restart resumed at)."""
+    attempts: dict[int, dict[int, dict[str, Any]]] = {}
+    if log.exists():
+        for line in log.read_text().splitlines():
+            if line.strip():
+                rec = json.loads(line)
+                attempts.setdefault(rec["attempt_start_step"], {})[rec["step"]] = rec
+    return attempts
 
 
-def train_clean(cluster: NetnsCluster, base_model: Path, data: Path, out: Path, work: Path) -> dict[str, Any]:
+def last_step(log: Path) -> int:
+    return max((step for steps in metrics_by_attempt(log).values() for step in steps), default=0)
+
+
+def own_processes() -> dict[int, str]:
+    """pid -> title of this process's descendants: a Ray instance started here by `ray.init` (its raylet
+    and the workers the raylet started) and nothing else on the machine."""
+    titles = {}
+    for child in psutil.Process().children(recursive=True):
+        try:
+            titles[child.pid] = " ".join(child.cmdline()) or child.name()
+        except psutil.Error:
+            continue
+    return titles
+
+
+def cluster_processes(cluster: NetnsCluster, workers_only: bool = True) -> dict[int, str]:
+    """pid -> "[node i] title" of the cluster's processes (on its worker nodes only, by default)."""
+    return {pid: f"[node {i}] {title}" for i, node in cluster.nodes.items() if i > 0 or not workers_only
+            for pid, title in node.processes().items()}
+
+
+def registered_checkpoint_step(run_storage: Path) -> int:
+    """The optimizer step of the latest checkpoint Ray Train has registered for a run (0: none yet): the
+    one a restarted worker group resumes from. Ray Train's controller registers a reported checkpoint
+    when it next polls the workers (every 2 s), so a worker killed right after reporting one may
+    restart from the one before."""
+    try:
+        snapshot = json.loads((run_storage / "checkpoint_manager_snapshot.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):  # none yet, or caught mid-write
+        return 0
+    return ((snapshot.get("latest_checkpoint_result") or {}).get("metrics") or {}).get("step", 0)
+
+
+@dataclass
+class Kill:
+    pid: int
+    title: str
+    at: float             # time.time() of the SIGKILL
+    step_logged: int      # the last optimizer step in the metrics log when it was sent
+    checkpoint_step: int  # the latest registered checkpoint then
+
+
+def kill_train_worker_after_checkpoint(out: Path, stage: str, processes: Callable[[], dict[int, str]],
+                                       proc: subprocess.Popen | None = None, log: Path | None = None,
+                                       timeout_s: float = RUN_TIMEOUT_S) -> Kill:
+    """SIGKILL one Ray Train worker process of the run writing to `out` as soon as Ray Train has
+    registered the stage's first checkpoint: mid-epoch, with a checkpoint to resume from. The victim is
+    chosen once a first step is logged (the group's processes are up by then), so the kill itself is
+    one poll away from the registration."""
+    metrics_log, storage = out / "logs" / f"{stage}.metrics.jsonl", out / "checkpoints" / stage
+    wait_for(lambda: last_step(metrics_log) >= 1, timeout_s, "a first optimizer step", proc, log, poll_s=0.1)
+    victims = sorted((pid, title) for pid, title in processes().items() if "RayTrainWorker" in title)
+    if not victims:
+        raise RuntimeError("no Ray Train worker process found")
+    checkpoint = wait_for(lambda: registered_checkpoint_step(storage), timeout_s, "a registered checkpoint", proc,
+                          log, poll_s=0.02)
+    at = time.time()
+    kill_tree(victims[-1][0])
+    return Kill(*victims[-1], at, last_step(metrics_log), checkpoint)
+
+
+def train_clean(launch: Launch, base_model: Path, data: Path, out: Path, work: Path) -> dict[str, Any]:
+    """The uninterrupted run; `after_first_checkpoint_s` (from its first registered checkpoint to its end)
+    is the baseline of the faulted run's `recovery_s`."""
     log = work / f"{out.name}.log"
     start = time.time()
-    finish(cluster.popen(0, train_argv(base_model, data, out), log), log)
-    return record("none (reference run)", wall_s=round(time.time() - start, 2))
+    proc = launch(train_argv(base_model, data, out), log)
+    first = wait_for(lambda: registered_checkpoint_step(out / "checkpoints" / "main") and time.time(), RUN_TIMEOUT_S,
+                     "a registered checkpoint", proc, log, poll_s=0.05)
+    end = finish(proc, log)
+    return record("none (reference run)", wall_s=round(end - start, 2), after_first_checkpoint_s=round(end - first, 2))
 
 
 def train_worker_kill(cluster: NetnsCluster, base_model: Path, data: Path, out: Path, work: Path,
-                      reference_wall_s: float, after_step: int = 3) -> dict[str, Any]:
-    """SIGKILL one Ray Train worker process once optimizer step `after_step` is logged (mid-epoch,
-    past a checkpoint); Ray Train restarts the group from the latest checkpoint (`max_failures`)."""
+                      reference: dict[str, Any] | None) -> dict[str, Any]:
+    """SIGKILL one Ray Train worker process (on a worker node) once its first checkpoint is registered:
+    Ray Train restarts the group from the latest checkpoint (`max_failures=1`), which restores the
+    weights, the optimizer, the lr schedule and the data position. `recovery_s`: from the kill to the
+    end, less the reference's time from its first registered checkpoint to its end."""
     log = work / f"{out.name}.log"
+    cluster.wait_nodes()  # a node a previous scenario replaced
     start = time.time()
     proc = cluster.popen(0, train_argv(base_model, data, out), log)
-    wait_for(lambda: max(logged_steps(out), default=0) >= after_step, RUN_TIMEOUT_S, f"step {after_step}", proc, log,
-             poll_s=0.05)
-    victims = [(i, pid) for i, node in cluster.nodes.items() for pid, title in node.processes().items()
-               if "RayTrainWorker" in title]
-    if not victims:
-        raise RuntimeError("no Ray Train worker process found")
-    node_index, pid = victims[-1]
-    step_at_kill = max(logged_steps(out))
-    killed_at = time.time()
-    kill_tree(pid)
+    kill = kill_train_worker_after_checkpoint(out, "main", lambda: cluster_processes(cluster), proc, log)
     end = finish(proc, log)
     stage = json.loads((out / "train_stats.json").read_text())["summary"]["stage main"]
-    return record(f"train generator: SIGKILL of a Ray Train worker (node {node_index}) after step {step_at_kill}",
-                  recovery_s=round((end - start) - reference_wall_s, 2), wall_s=round(end - start, 2),
-                  fault_at_s=round(killed_at - start, 2), step_at_kill=step_at_kill,
-                  resumed_from_step=stage.get("resumed_from_step"), steps=stage.get("steps"))
+    return record(f"train generator (ZeRO-3, 2 workers on 2 nodes): SIGKILL of a Ray Train worker process "
+                  f"({kill.title.split(']')[0][1:]}) after step {kill.step_logged} of {TRAIN_STEPS}, checkpoint of step "
+                  f"{kill.checkpoint_step} registered",
+                  recovery_s=_recovery_s(end - kill.at, reference, "after_first_checkpoint_s"),
+                  wall_s=round(end - start, 2), fault_at_s=round(kill.at - start, 2), step_at_kill=kill.step_logged,
+                  checkpoint_at_kill=kill.checkpoint_step, resumed_from_step=stage.get("resumed_from_step"),
+                  steps=stage.get("steps"))
 
 
 def max_weight_difference(a: Path, b: Path) -> float:
@@ -297,3 +399,103 @@ def max_weight_difference(a: Path, b: Path) -> float:
     if set(wa) != set(wb):
         raise AssertionError(f"different tensors: {sorted(set(wa) ^ set(wb))[:5]}")
     return max(float((wa[k].float() - wb[k].float()).abs().max()) for k in wa)
+
+
+# --- retrieval index -------------------------------------------------------------------------------
+
+def flat_index(source: Path, out: Path, top_k: int = 2) -> RetrievalConfig:
+    """A Flat faiss index of one passage file, embedded and assembled in this process (MiniLM, a few
+    seconds): the index the augment actors and the Serve app's Retrieval load."""
+    from raypipe.config import EncoderConfig, IndexConfig
+    from raypipe.retrieval.build import assemble_index
+    from raypipe.retrieval.embed import ShardEmbedder, shard_path, source_stamp
+
+    embedder = ShardEmbedder(EncoderConfig(), batch_size=64, threads=1, rejects_dir=str(out / "rejects"))
+    embedder.embed_file(source, shard_path(out, source), source_stamp(source, EncoderConfig()))
+    index = IndexConfig(passages=str(source), out_dir=str(out), factory="Flat")
+    assemble_index(out, [source], True, index)
+    return RetrievalConfig(index=index, top_k=top_k)
+
+
+# --- serving ----------------------------------------------------------------------------------------
+
+@dataclass
+class Reply:
+    start: float         # time.time() when sent
+    end: float           # ... and when answered (or failed)
+    status: int | None   # HTTP status, None when no answer came (timeout, connection error)
+    error: str = ""
+
+
+def replica_pids(processes: dict[int, str], app: str, deployment: str) -> list[int]:
+    """The processes of a Serve deployment's replicas (their title names app and deployment)."""
+    return sorted(pid for pid, title in processes.items() if f"ServeReplica:{app}:{deployment}" in title)
+
+
+def serve_replica_kill(url: str, headers: dict[str, str], app: str, processes: Callable[[], dict[int, str]],
+                       deployment: str = "Generator", clients: int = 4, before_kill: int = 6,
+                       after_recovery: int = 8, timeout_s: float = 60.0, max_requests: int = 200,
+                       deadline_s: float = 300.0, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Closed-loop load from `clients` clients (each sends its next request when the last is answered,
+    every request with a `timeout_s` client timeout); once `before_kill` requests have succeeded, SIGKILL
+    the process of the deployment's replica. The load goes on until `after_recovery` requests sent after
+    the recovery have been answered (or `max_requests` were sent, or `deadline_s` passed). `recovery_s`: from the kill to the
+    first answer to a request sent after it, i.e. until a new replica served; `in_flight_at_kill`:
+    requests sent before the kill and answered after it."""
+    import asyncio
+
+    import httpx
+
+    body = body or {"instruction": "Tell me about the painter.", "mode": "never", "max_tokens": 8}
+    replies: list[Reply] = []
+    kill: dict[str, Any] = {}
+    deadline = time.time() + deadline_s
+
+    def ok_after(t: float) -> list[Reply]:
+        return [r for r in replies if r.start > t and r.status == 200]
+
+    def recovered_at() -> float | None:
+        if "at" not in kill:
+            return None
+        return min((r.end for r in ok_after(kill["at"])), default=None)
+
+    def done() -> bool:
+        back = recovered_at()
+        return (len(replies) >= max_requests or time.time() > deadline
+                or (back is not None and len(ok_after(back)) >= after_recovery))
+
+    async def client(c: httpx.AsyncClient) -> None:
+        while not done():
+            start = time.time()
+            try:
+                r = await c.post("/v1/generate", json=body)
+                replies.append(Reply(start, time.time(), r.status_code, "" if r.status_code == 200 else r.text[:200]))
+            except httpx.HTTPError as exc:  # a timeout or a dropped connection: no answer
+                replies.append(Reply(start, time.time(), None, f"{type(exc).__name__}: {exc}"[:200]))
+            if "at" not in kill and sum(r.status == 200 for r in replies) >= before_kill:
+                victims = replica_pids(processes(), app, deployment)
+                if not victims:
+                    raise RuntimeError(f"no {deployment} replica process of app {app!r} found")
+                kill.update(at=time.time(), pid=victims[0], replicas=len(victims))
+                kill_tree(victims[0])
+
+    async def run() -> None:
+        limits = httpx.Limits(max_connections=clients + 2)
+        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=timeout_s, limits=limits) as c:
+            await asyncio.gather(*(client(c) for _ in range(clients)))
+
+    asyncio.run(run())
+    if "at" not in kill:
+        raise RuntimeError(f"{before_kill} answers never came: {sorted({r.error for r in replies})[:3]}")
+    at, back = kill["at"], recovered_at()
+    failed = [r for r in replies if r.status != 200]
+    in_flight = [r for r in replies if r.start < at < r.end]
+    return record(f"serve: SIGKILL of the {deployment} replica process ({kill['replicas']} replica(s)) under "
+                  f"a closed-loop load of {clients} clients, after {before_kill} answers",
+                  recovery_s=round(back - at, 2) if back else None, client_errors=len(failed),
+                  in_flight_at_kill=len(in_flight), requests=len(replies),
+                  failed_in_flight_at_kill=sum(r.start < at < r.end for r in failed),
+                  failed_sent_after_kill=sum(r.start > at for r in failed),
+                  answered_after_recovery=len(ok_after(back)) if back else 0,
+                  max_latency_s=round(max(r.end - r.start for r in replies), 2), timeout_s=timeout_s,
+                  victim_pid=kill["pid"], errors=sorted({r.error for r in failed})[:5])

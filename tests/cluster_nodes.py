@@ -41,6 +41,19 @@ FAST_FAILURE_DETECTION = {
 }
 
 
+#: Nodes of one CPU each on a 2-core machine. Ray keeps one idle worker process per CPU and ends the
+#: others after 1 s, so nearly every task and actor of a job started a fresh Python process (~3 s of
+#: CPU each here; 62 of them for the training fault); Ray Data starts 32 actors to read parquet
+#: footers; Ray Train starts a preemption watcher (spot-instance drain notices) per attempt. None of
+#: this changes what a fault does; it only cost minutes.
+SMALL_NODES = {
+    "RAY_num_workers_soft_limit": "4",
+    "RAY_idle_worker_killing_time_threshold_ms": "60000",
+    "RAY_DATA_PARQUET_FOOTER_NUM_ACTORS": "1",
+    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
+}
+
+
 def base_env(**extra: str) -> dict[str, str]:
     """The environment for nodes and drivers: this venv first on PATH (so `python` in a job entrypoint
     is this interpreter), Ray's token auth off (local test clusters), offline model loading."""
@@ -196,9 +209,11 @@ class NetnsCluster:
     head_cpus: int = 1
     worker_cpus: int = 1
     subnet: str = "10.231.0"
-    env: dict[str, str] = field(default_factory=lambda: dict(FAST_FAILURE_DETECTION))
+    env: dict[str, str] = field(default_factory=lambda: {**FAST_FAILURE_DETECTION, **SMALL_NODES})
     prefix: str = field(default_factory=lambda: f"rp{secrets.token_hex(3)}")
     nodes: dict[int, RayNode] = field(default_factory=dict)
+    #: nodes launched and not yet seen up: index -> (process, argv, log)
+    starting: dict[int, tuple[subprocess.Popen, list[str], Path]] = field(default_factory=dict)
     gcs_port: int = 6379
 
     # -- network ---------------------------------------------------------------------------------
@@ -252,11 +267,32 @@ class NetnsCluster:
 
     def start_nodes(self, indices: list[int], timeout_s: float = 120) -> list[RayNode]:
         """Start these nodes at once (worker starts overlap) and wait for each."""
-        launched = [(i, *self._launch_node(i)) for i in indices]
-        for i, proc, argv, log in launched:
-            _wait_started(proc, argv, log, timeout_s)
-            self.nodes[i] = RayNode(f"node{i}", self.ip(i), self.work / f"n{i}", proc, netns=self.ns(i), log=log)
+        for i in indices:
+            self.launch_node(i)
+        self.wait_nodes(timeout_s)
         return [self.nodes[i] for i in indices]
+
+    def launch_node(self, i: int) -> None:
+        """Start node `i` without waiting for it (`wait_nodes` does)."""
+        self.starting[i] = self._launch_node(i)
+
+    def wait_nodes(self, timeout_s: float = 120) -> None:
+        """Wait for the nodes launched and not yet up. A node that fails to start is started once more:
+        on a loaded machine `ray start` can give up waiting for the GCS ("Deadline Exceeded") although
+        nothing is wrong."""
+        for i, (proc, argv, log) in list(self.starting.items()):
+            try:
+                _wait_started(proc, argv, log, timeout_s)
+            except RuntimeError:
+                self._kill_namespace(i)
+                proc, argv, log = self._launch_node(i)
+                _wait_started(proc, argv, log, timeout_s)
+            self.nodes[i] = RayNode(f"node{i}", self.ip(i), self.work / f"n{i}", proc, netns=self.ns(i), log=log)
+            del self.starting[i]
+
+    def _kill_namespace(self, i: int) -> None:
+        out = subprocess.run(["ip", "netns", "pids", self.ns(i)], capture_output=True, text=True).stdout
+        _kill_all([int(p) for p in out.split()], signal.SIGKILL)
 
     def _launch_node(self, i: int) -> tuple[subprocess.Popen, list[str], Path]:
         temp = self.work / f"n{i}"
@@ -270,7 +306,10 @@ class NetnsCluster:
             argv = [str(BIN / "ray"), "start", f"--address={self.address}", f"--num-cpus={self.worker_cpus}",
                     *common]
         log = self.work / f"node{i}.log"
-        return _launch(argv, base_env(**self.env), log, self.ns(i)), argv, log
+        # every namespace shares the machine's hostname, which resolves to a loopback address: torch's
+        # gloo (Ray Train's CPU backend) would give its peers 127.0.0.1, so it is told the node's link
+        nic = {"GLOO_SOCKET_IFNAME": "br0" if i == 0 else "eth0"}
+        return _launch(argv, base_env(**self.env, **nic), log, self.ns(i)), argv, log
 
     def start(self) -> NetnsCluster:
         self.work.mkdir(parents=True, exist_ok=True)
@@ -283,13 +322,16 @@ class NetnsCluster:
             raise
         return self
 
-    def restart_worker(self, i: int) -> RayNode:
-        """A fresh node in worker `i`'s namespace, after a kill or a cut (old processes are killed)."""
+    def restart_worker(self, i: int, wait: bool = True) -> None:
+        """A fresh node in worker `i`'s namespace, after a kill or a cut (old processes are killed); with
+        `wait=False` it starts while the caller goes on, until the next `wait_nodes`."""
         old = self.nodes.pop(i, None)
         if old is not None:
             old.stop()
         self.reconnect(i)
-        return self.start_node(i)
+        self.launch_node(i)
+        if wait:
+            self.wait_nodes()
 
     def popen(self, i: int, argv: list[str], log: Path, **env_extra: str) -> subprocess.Popen:
         """Run `argv` inside node `i`'s namespace as a driver of this cluster (RAY_ADDRESS set)."""
@@ -302,13 +344,13 @@ class NetnsCluster:
         for node in list(self.nodes.values()):
             node.stop()
         self.nodes.clear()
+        self.starting.clear()  # their processes are in the namespaces, killed below
         names = set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
         for i in range(self.workers + 1):
             ns = self.ns(i)
             if ns not in names:
                 continue
-            out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout
-            _kill_all([int(p) for p in out.split()], signal.SIGKILL)
+            self._kill_namespace(i)
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
     def __enter__(self) -> NetnsCluster:

@@ -18,18 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from raypipe.config import TrainConfig, TrainStage
-from raypipe.runtime import WORKER_ENV
+from raypipe.runtime import WORKER_ENV, use_installed_ninja
 from raypipe.training.checkpoint import MODEL_DIR, TrainState, restore_checkpoint, save_checkpoint
 
 logger = logging.getLogger(__name__)
-
-#: loop-config key of the test-only failure hook: {"step": s, "rank": r} raises on rank r right after
-#: optimizer step s of a fresh (not restored) attempt
-INJECT_FAILURE = "inject_failure"
-
-
-class InjectedFailure(RuntimeError):
-    """Raised by the test-only failure hook."""
 
 
 def _param_groups(model: Any, weight_decay: float) -> list[dict[str, Any]]:
@@ -121,6 +113,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     """Ray Train entry point. `config` is built by ``trainer.fit_stage``."""
     for key, value in WORKER_ENV.items():
         os.environ.setdefault(key, value)
+    use_installed_ninja()
     import ray.train
     import torch
 
@@ -141,7 +134,6 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     if restored is not None:
         logger.info("rank %d resumed at step %d (epoch %d, micro-batch %d)", rank, state.step, state.epoch,
                     state.micro_batches_done)
-    failure = config.get(INJECT_FAILURE) if restored is None else None
     metrics_log = MetricsLog(Path(config["metrics_log"]), rank, start_step)
     shard = ray.train.get_dataset_shard("train")
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -172,8 +164,6 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
             record = meter.close(state.step, state.epoch, lr)
             state.history.append(record)
             metrics_log.write(record)
-            if failure and failure["step"] == state.step and failure["rank"] == rank:
-                raise InjectedFailure(f"injected failure on rank {rank} after step {state.step}")
             epoch_end = state.micro_batches_done >= micro_per_epoch
             if epoch_end:
                 state.epoch, state.micro_batches_done = state.epoch + 1, 0

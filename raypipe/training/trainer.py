@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -40,8 +39,6 @@ logger = logging.getLogger(__name__)
 
 SUCCESS = "_SUCCESS"
 STATS_FILE = "train_stats.json"
-#: test hook: "step:rank" makes that rank raise right after that optimizer step (first attempt only)
-INJECT_FAILURE_ENV = "RAYPIPE_TRAIN_INJECT_FAILURE"
 WHICH = ("critic", "generator", "self_reasoning")
 
 
@@ -72,14 +69,6 @@ def _bf16(tc: TrainConfig, use_gpu: bool) -> bool:
     return use_gpu if tc.precision == "auto" else tc.precision == "bf16"
 
 
-def _inject_failure() -> dict[str, int] | None:
-    raw = os.environ.get(INJECT_FAILURE_ENV)
-    if not raw:
-        return None
-    step, rank = raw.split(":")
-    return {"step": int(step), "rank": int(rank)}
-
-
 @dataclass
 class StageData:
     """A stage's encoded training set and the step plan derived from its row count."""
@@ -106,7 +95,7 @@ def fit_stage(tc: TrainConfig, stage: TrainStage, base_model: str, data: StageDa
     from ray.train import CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
-    from raypipe.training.loop import INJECT_FAILURE, train_loop_per_worker
+    from raypipe.training.loop import train_loop_per_worker
 
     start = time.perf_counter()
     use_gpu = _use_gpu(tc)
@@ -121,7 +110,6 @@ def fit_stage(tc: TrainConfig, stage: TrainStage, base_model: str, data: StageDa
         "total_steps": total, "warmup_steps": math.ceil(tc.warmup_ratio * total),
         "micro_batches_per_epoch": plan.micro_batches_per_epoch, "metrics_log": str(metrics_log),
         "prompt_format": prompt_format,
-        INJECT_FAILURE: _inject_failure(),
     }
     logger.info("stage %s: %d rows, global batch %d, %d steps/epoch, %d steps, %s, ZeRO-%d, %d %s workers",
                 stage.name, plan.rows, plan.global_batch, plan.steps_per_epoch, total,
