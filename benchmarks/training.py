@@ -12,8 +12,13 @@
 All three runs train the same tiny model on the same encoded critic-style data (encoded once).
 Throughput counts every optimizer step but the first (warm-up).
 
+`--model DIR` measures (2) only, on a real model folder (e.g. the imported SmolLM2, 134.5M parameters,
+whose matrices are all far above the persistence threshold, so the tiny model's threshold question
+does not arise): a few steps of ZeRO-3 and of DDP at 2 workers, written to `training_<folder>.json`.
+
     python benchmarks/training.py            # full run
     python benchmarks/training.py --quick    # ~1-1.5 min, most of it Ray Train worker start-up
+    python benchmarks/training.py --model runs/demo/models/smollm2 --precision bf16
 """
 
 from __future__ import annotations
@@ -38,17 +43,16 @@ REPO = Path(__file__).resolve().parent.parent
 SIZES = {  # model shape, training rows, optimizer steps per run
     "quick": {"hidden": 64, "layers": 2, "vocab": 512, "rows": 256, "steps": 8},
     "full": {"hidden": 256, "layers": 4, "vocab": 4096, "rows": 4096, "steps": 60},
+    "model": {"rows": 64, "steps": 3},  # --model: memory only, a real model is slow on CPU
 }
 CITIES = ["Velmora", "Ostrava", "Kelden", "Marrow", "Tillby", "Quensa", "Arnhal", "Sorrel"]
 
 
-def build_inputs(work: Path, size: dict) -> tuple[Path, Path]:
-    """A tiny base model and D_critic-shaped rows (prompt in the generator format, IsRel target)."""
+def build_rows(work: Path, size: dict) -> tuple[Path, list[dict]]:
+    """D_critic-shaped rows (prompt in the generator format, IsRel target) in `work/d_critic`."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from raypipe.config import TinyModelConfig
-    from raypipe.models import build_tiny_model
     from raypipe.prompts import format_generator_prompt
     from raypipe.tokens import IRRELEVANT, RELEVANT
 
@@ -63,12 +67,20 @@ def build_inputs(work: Path, size: dict) -> tuple[Path, Path]:
     data = work / "d_critic"
     data.mkdir()
     pq.write_table(pa.Table.from_pylist(rows), data / "part-00000.parquet")
+    return data, rows
+
+
+def build_tiny_base(work: Path, size: dict, rows: list[dict]) -> Path:
+    """The tiny base model, its tokenizer trained on the rows' prompts."""
+    from raypipe.config import TinyModelConfig
+    from raypipe.models import build_tiny_model
+
     model_dir = work / "base"
     cfg = TinyModelConfig(out_dir=str(model_dir), vocab_size=size["vocab"], hidden_size=size["hidden"],
                           intermediate_size=2 * size["hidden"], num_hidden_layers=size["layers"],
                           num_attention_heads=4, max_position_embeddings=256, tokenizer_train_texts=len(rows))
     build_tiny_model(cfg, (r["prompt"] for r in rows), model_dir)
-    return model_dir, data
+    return model_dir
 
 
 def partition_everything_config(work: Path) -> Path:
@@ -109,11 +121,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small model and few steps")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    parser.add_argument("--model", type=Path, default=None,
+                        help="an HF model folder: measure ZeRO-3 vs DDP model state on it (no throughput runs)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     for noisy in ("ray", "ray.data", "ray.train"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    size = SIZES["quick" if args.quick else "full"]
+    if args.model is not None and not (args.model / "config.json").is_file():
+        parser.error(f"--model {args.model}: not an HF model folder (no config.json); "
+                     "`raypipe models import` writes the SmolLM2 one")
+    mode = "model" if args.model is not None else "quick" if args.quick else "full"
+    size = SIZES[mode]
 
     import ray
 
@@ -122,39 +140,48 @@ def main() -> None:
     from raypipe.runtime import ensure_ray
     from raypipe.training.trainer import encode_stage
 
+    layouts = [("zero3_2_workers", 2, 3), ("ddp_2_workers", 2, 0)]
+    if args.model is None:
+        layouts.insert(0, ("zero3_1_worker", 1, 3))
     with tempfile.TemporaryDirectory(prefix="raypipe-bench-train-") as tmp, timer() as total:
         work = Path(tmp)
-        model_dir, data_dir = build_inputs(work, size)
+        data_dir, rows = build_rows(work, size)
+        model_dir = args.model.resolve() if args.model is not None else build_tiny_base(work, size, rows)
         n_params = sum(p.numel() for p in load_model(model_dir, device="cpu")[0].parameters())
         ensure_ray(RayConfig(num_cpus=2))
         encoded = encode_stage(TrainConfig(base_model=str(model_dir), data=str(data_dir), max_length=128),
                                TrainStage(mask=["prompt"]), str(model_dir), work)
         runs = {name: run_once(name, work, model_dir, data_dir, encoded, size, num_workers=w, zero_stage=z,
                                precision=args.precision)
-                for name, w, z in (("zero3_1_worker", 1, 3), ("zero3_2_workers", 2, 3), ("ddp_2_workers", 2, 0))}
+                for name, w, z in layouts}
         ray.shutdown()  # flush the workers' log lines now, so the summary below is the last line
 
-    one, two, ddp = runs["zero3_1_worker"], runs["zero3_2_workers"], runs["ddp_2_workers"]
+    two, ddp = runs["zero3_2_workers"], runs["ddp_2_workers"]
     ratio = two["model_state_mib_per_rank"] / ddp["model_state_mib_per_rank"]
     by_part = {part: round(two["model_state_bytes_rank0"][part] / ddp["model_state_bytes_rank0"][part], 3)
                for part in ("params", "grads", "optimizer")}
     payload = {
-        "mode": "quick" if args.quick else "full", "precision": args.precision, "model_params": n_params,
-        "size": size,
-        "tokens_per_s_1_worker": one["tokens_per_s"], "tokens_per_s_2_workers": two["tokens_per_s"],
-        "tokens_per_s_2_vs_1_ratio": round(two["tokens_per_s"] / one["tokens_per_s"], 3),
-        "peak_memory_mib_per_worker_1_worker": one["peak_memory_mib_per_worker"],
-        "peak_memory_mib_per_worker_2_workers": two["peak_memory_mib_per_worker"],
+        "mode": mode, "precision": args.precision, "model_params": n_params, "size": size,
+        "model": str(args.model) if args.model is not None else "tiny",
         "model_state_mib_per_rank_zero3": two["model_state_mib_per_rank"],
         "model_state_mib_per_rank_ddp": ddp["model_state_mib_per_rank"],
         "zero3_vs_ddp_model_state_ratio": round(ratio, 3),
         "zero3_vs_ddp_ratio_by_part": by_part,
         "runs": runs, "seconds": round(total.seconds, 1),
     }
-    path = write_result("training", payload)
-    print(f"training: {one['tokens_per_s']:.0f} tokens/s on 1 worker, {two['tokens_per_s']:.0f} on 2 "
-          f"({payload['tokens_per_s_2_vs_1_ratio']:.2f}x); ZeRO-3 model state per rank = {ratio:.3f} x DDP "
-          f"({args.precision}); {path}")
+    throughput = ""
+    if "zero3_1_worker" in runs:
+        one = runs["zero3_1_worker"]
+        payload |= {"tokens_per_s_1_worker": one["tokens_per_s"], "tokens_per_s_2_workers": two["tokens_per_s"],
+                    "tokens_per_s_2_vs_1_ratio": round(two["tokens_per_s"] / one["tokens_per_s"], 3),
+                    "peak_memory_mib_per_worker_1_worker": one["peak_memory_mib_per_worker"],
+                    "peak_memory_mib_per_worker_2_workers": two["peak_memory_mib_per_worker"]}
+        throughput = (f"{one['tokens_per_s']:.0f} tokens/s on 1 worker, {two['tokens_per_s']:.0f} on 2 "
+                      f"({payload['tokens_per_s_2_vs_1_ratio']:.2f}x); ")
+    name = "training" if args.model is None else f"training_{args.model.resolve().name}"
+    path = write_result(name, payload)
+    print(f"training: {throughput}ZeRO-3 model state per rank = {ratio:.3f} x DDP ({args.precision}, "
+          f"{n_params / 1e6:.1f}M parameters); {path}")
 
 
 if __name__ == "__main__":

@@ -13,27 +13,38 @@ from raypipe.config import RaypipeConfig
 
 logger = logging.getLogger(__name__)
 
-#: asked when the world's held-out QA split is not there
+#: asked when the world's held-out QA split is not there (no gold answers: not scored)
 FALLBACK_QUESTIONS = ("Where was the painter born?", "Which organisation did the chemist work for?")
 
 
-def demo_questions(cfg: RaypipeConfig, n: int = 2) -> list[str]:
-    """The first `n` questions of the first eval set that has them (held-out facts: retrieval helps)."""
+def demo_questions(cfg: RaypipeConfig, n: int = 2) -> list[tuple[str, tuple[str, ...]]]:
+    """The first `n` (question, gold answers) of the first eval set that has questions (held-out
+    facts: retrieval helps), so the terminal shows whether each served answer is right."""
     for name in cfg.eval.eval_sets:
         path = Path(name)
         if not path.is_file():
             continue
         with path.open() as f:
-            questions = [q for line in f if line.strip() and (q := json.loads(line).get("question"))]
-        if questions:
-            return questions[:n]
-    return list(FALLBACK_QUESTIONS[:n])
+            rows = [row for line in f if line.strip() and (row := json.loads(line)).get("question")]
+        if rows:
+            return [(row["question"], tuple(row.get("answers") or ())) for row in rows[:n]]
+    return [(q, ()) for q in FALLBACK_QUESTIONS[:n]]
 
 
-def _show(console: Any, title: str, answer: dict[str, Any]) -> None:
+def _verdict(answer: dict[str, Any], golds: tuple[str, ...]) -> bool | None:
+    """The eval's own QA rule (a gold answer inside the output); None without gold answers."""
+    from raypipe.eval.metrics import answer_match
+
+    return answer_match(answer["text"] or "", golds) if golds else None
+
+
+def _show(console: Any, title: str, answer: dict[str, Any], golds: tuple[str, ...]) -> None:
     sources = ", ".join(f"{c['title']} ({c['passage_id']})" for c in answer["citations"]) or "none"
-    console.print(f"[bold]{title}[/bold]\n  answer: {answer['text'] or '(empty)'}\n  cites: {sources}\n"
-                  f"  retrievals: {answer['retrieval_count']}, {answer['timings']['total_ms']:.0f} ms")
+    verdict = _verdict(answer, golds)
+    gold = "" if verdict is None else f"\n  gold: {' / '.join(golds)} ({'right' if verdict else 'wrong'})"
+    console.print(f"[bold]{title}[/bold]\n  answer: {answer['text'] or '(empty)'}{gold}\n  cites: {sources}\n"
+                  f"  retrievals: {answer['retrieval_count']}, {answer['timings']['total_ms']:.0f} ms",
+                  markup=True, highlight=False)
 
 
 def run_serve_demo(cfg: RaypipeConfig) -> dict[str, Any]:
@@ -52,28 +63,34 @@ def run_serve_demo(cfg: RaypipeConfig) -> dict[str, Any]:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     questions = demo_questions(cfg)
     answers: list[dict[str, Any]] = []
+    golds: list[tuple[str, ...]] = []
     reapply()  # importing Serve has just set its logger back to INFO
     url = start_app(cfg)
     try:
         with httpx.Client(base_url=url, headers=headers, timeout=cfg.serve.request_timeout_s) as client:
             health = client.get("/healthz").json()
-            for question in questions:
+            for question, gold in questions:
                 reply = client.post("/v1/generate", json={"instruction": question})
                 reply.raise_for_status()
                 answers.append(reply.json())
-                _show(console, f"POST /v1/generate: {question}", answers[-1])
+                golds.append(gold)
+                _show(console, f"POST /v1/generate: {question}", answers[-1], gold)
         chat = openai.OpenAI(base_url=f"{url}/v1", api_key=token or "unused", max_retries=0,
                              timeout=cfg.serve.request_timeout_s)
         completion = chat.chat.completions.create(
-            model=cfg.serve.model_name, messages=[{"role": "user", "content": questions[0]}],
+            model=cfg.serve.model_name, messages=[{"role": "user", "content": questions[0][0]}],
             extra_body={"selfrag": {"mode": "always"}})
         extras = completion.model_extra["selfrag"]
         answers.append({"text": completion.choices[0].message.content, **extras})
-        _show(console, f"openai client, chat.completions (mode=always): {questions[0]}", answers[-1])
+        golds.append(questions[0][1])
+        _show(console, f"openai client, chat.completions (mode=always): {questions[0][0]}", answers[-1],
+              questions[0][1])
     finally:
         serve.shutdown()
     latencies = [a["timings"]["total_ms"] for a in answers]
+    verdicts = [_verdict(a, g) for a, g in zip(answers, golds, strict=True)]
     return {"url": url, "health": health["status"], "requests": len(answers),
             "answers_with_citations": sum(bool(a["citations"]) for a in answers),
+            "right_of_scored": f"{sum(v is True for v in verdicts)} of {sum(v is not None for v in verdicts)}",
             "retrievals": sum(a["retrieval_count"] for a in answers),
             "mean_latency_ms": round(sum(latencies) / len(latencies), 1)}
