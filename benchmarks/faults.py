@@ -23,7 +23,8 @@ processes (`FAST_FAILURE_DETECTION`, `SMALL_NODES` in tests/cluster_nodes.py, re
 with Ray's defaults a dead node takes about 30 s longer to be declared dead.
 
     python benchmarks/faults.py            # every fault above, 12 shards x 10 instances
-    python benchmarks/faults.py --quick    # the node kill (3 shards x 8) and the serving fault
+    python benchmarks/faults.py --quick    # the serving fault only (the cluster faults are
+                                           # tests/integration/test_cluster_faults.py, same helpers)
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def _world_and_model(work: Path, instances: int) -> tuple[Path, Path]:
     return world, model
 
 
-def _cluster_faults(work: Path, world: Path, model: Path, index: Any, shards: int, rows: int, quick: bool,
+def _cluster_faults(work: Path, world: Path, model: Path, index: Any, shards: int, rows: int,
                     payload: dict[str, Any]) -> list[dict[str, Any]]:
     from cluster_faults import (
         TRAIN_ROWS,
@@ -88,10 +89,7 @@ def _cluster_faults(work: Path, world: Path, model: Path, index: Any, shards: in
         inputs = AugmentInputs(instances, Path(index.index.passages), Path(index.index.out_dir), model)
         reference = augment_clean(on_head(cluster), inputs, work / "reference", work)
         payload["augment_reference"] = reference
-        faults.append(augment_with_node_fault(cluster, inputs, work / "node_kill", work, "kill", reference,
-                                              replace=not quick))
-        if quick:
-            return faults
+        faults.append(augment_with_node_fault(cluster, inputs, work / "node_kill", work, "kill", reference))
         faults.append(augment_with_node_fault(cluster, inputs, work / "node_cut", work, "cut", reference))
         faults.append(augment_driver_kill(cluster, inputs, work / "driver_kill", work, reference))
         data = write_generator_rows(work / "d_gen", TRAIN_ROWS)
@@ -134,7 +132,8 @@ def _serve_fault(model: Path, index: Any) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="the node kill (3 shards x 8) and the serving fault")
+    parser.add_argument("--quick", action="store_true",
+                        help="the serving fault only: `make test` runs the cluster faults in test_cluster_faults.py")
     args = parser.parse_args()
 
     from cluster_faults import flat_index
@@ -142,13 +141,13 @@ def main() -> None:
 
     from raypipe.data.io import list_data_files
 
-    shards, rows = (3, 8) if args.quick else (12, 10)
+    shards, rows = 12, 10
     payload: dict[str, Any] = {
         "quick": args.quick, "nodes": "head + 2 workers of 1 CPU, one network namespace each (augment, train); "
         "one local Ray instance (serve)", "failure_detection": FAST_FAILURE_DETECTION, "small_nodes": SMALL_NODES,
         "faults": []}
     faults = payload["faults"]
-    why = netns_unavailable()
+    why = "--quick" if args.quick else netns_unavailable()
     if why:
         payload["cluster_faults_skipped"] = why
     with tempfile.TemporaryDirectory(prefix="raypipe-faults-") as tmp, timer() as total:
@@ -156,7 +155,7 @@ def main() -> None:
         world, model = _world_and_model(work, shards * rows + 40)
         index = flat_index(list_data_files(world / "passages")[0], work / "index")
         if not why:
-            faults += _cluster_faults(work, world, model, index, shards, rows, args.quick, payload)
+            faults += _cluster_faults(work, world, model, index, shards, rows, payload)
         faults.append(_serve_fault(model, index))
     payload["total_s"] = round(total.seconds, 1)
     path = write_result("faults", payload)

@@ -147,9 +147,9 @@ def _last_record(logs_dir: Path, since: float) -> dict[str, Any] | None:
     return None
 
 
-def stage_table(title: str, stats: dict[str, Any]) -> Table:
+def stage_table(title: str, stats: dict[str, Any], clip: bool = True) -> Table:
     """One row per top-level stat (per second-level one for a dict of dicts); deeper dicts folded
-    into `key=value` lists, empty values left out.
+    into `key=value` lists, empty values left out, each cut to MAX_VALUE_CHARS unless `clip` is off.
     Keeps a stage's table to a handful of lines (the full stats are in the stage's output folder)."""
     table = Table(title=title, show_header=False, title_justify="left", box=None, padding=(0, 1))
     table.add_column("stat", style="bold", no_wrap=True)
@@ -160,10 +160,19 @@ def stage_table(title: str, stats: dict[str, Any]) -> Table:
         if isinstance(value, dict) and all(isinstance(v, dict) for v in value.values()):
             for sub, inner in value.items():  # e.g. one row per critic aspect
                 if not _empty(inner):
-                    table.add_row(f"{key}.{sub}", _fold(inner))
+                    table.add_row(f"{key}.{sub}", _clip(_fold(inner), clip))
         else:
-            table.add_row(str(key), _fold(value))
+            table.add_row(str(key), _clip(_fold(value), clip))
     return table
+
+
+#: a value longer than this is cut (two lines of an 80-column terminal): the terminal shows the gist,
+#: the stage's stats file holds the rest
+MAX_VALUE_CHARS = 110
+
+
+def _clip(text: str, clip: bool = True) -> str:
+    return text if not clip or len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 1].rstrip(", ") + "…"
 
 
 def _empty(value: Any) -> bool:
@@ -237,6 +246,6 @@ def run_demo(cfg: RaypipeConfig) -> dict[str, Any]:
             console.print(stage_table(f"{name}:", stats))
         times[name] = round(time.perf_counter() - start, 1)
     console.rule("[bold]demo: done")
-    console.print(stage_table("stage times (s):", {"stages": times}))
+    console.print(stage_table("stage times (s):", {"stages": times}, clip=False))
     return {"total": f"{time.perf_counter() - total:.1f} s",
             **({"ray logs": logs} if logs and not cfg.ray.log_to_driver else {})}

@@ -181,11 +181,11 @@ def augment_clean(launch: Launch, inputs: AugmentInputs, out: Path, work: Path) 
 
 
 def augment_with_node_fault(cluster: NetnsCluster, inputs: AugmentInputs, out: Path, work: Path, how: str,
-                            reference: dict[str, Any] | None, replace: bool = True) -> dict[str, Any]:
+                            reference: dict[str, Any] | None) -> dict[str, Any]:
     """Kill (`how="kill"`) or cut off (`how="cut"`) a worker node that hosts an augment actor, once the
     first output shard is written, and let the job finish. `recovery_s`: the time from the fault to the
     end, less the same-run reference's from its first shard to its end (None without a reference). The
-    node is replaced afterwards (`replace`, in the background: `cluster.wait_nodes()` waits for it) so
+    node is replaced afterwards (in the background: `cluster.wait_nodes()` waits for it) so
     that a next scenario has the same cluster."""
     log = work / f"{out.name}.log"
     start = time.time()
@@ -200,8 +200,7 @@ def augment_with_node_fault(cluster: NetnsCluster, inputs: AugmentInputs, out: P
     fault_at = cluster.nodes[victim].kill() if how == "kill" else cluster.cut(victim)
     end = finish(proc, log)
     counts = count_rows(inputs, out)
-    if replace:
-        cluster.restart_worker(victim, wait=False)  # it starts while the next scenario does
+    cluster.restart_worker(victim, wait=False)  # it starts while the next scenario does
     total_shards = len(list(inputs.instances.glob("*.parquet")))
     what = "SIGKILL of every process" if how == "kill" else "link down (network partition)"
     return record(f"augment: worker node {victim} ({what}) after {shards_at_fault}/{total_shards} shards written",

@@ -7,7 +7,7 @@ import time
 
 from rich.console import Console
 
-from raypipe.demo import _last_record, stage_table
+from raypipe.demo import MAX_VALUE_CHARS, _last_record, stage_table
 
 #: the shape of `raypipe label`'s stats: three levels deep, 85 rows when flattened one per leaf
 LABEL_STATS = {
@@ -23,14 +23,14 @@ LABEL_STATS = {
 }
 
 
-def _render(stats) -> list[str]:
-    console = Console(width=120, record=True)
-    console.print(stage_table("critic data set:", stats))
+def _render(stats, clip: bool = True) -> list[str]:
+    console = Console(width=400, record=True)  # wide: one line per row, so lengths can be read
+    console.print(stage_table("critic data set:", stats, clip=clip))
     return console.export_text().splitlines()
 
 
 def test_stage_table_folds_nested_stats_into_one_row_per_key():
-    lines = _render(LABEL_STATS)
+    lines = _render(LABEL_STATS, clip=False)
     text = "\n".join(lines)
     assert len(lines) <= 20  # was 85 rows plus borders
     # every leaf is still there, nested under its key; empty values are left out
@@ -49,3 +49,16 @@ def test_last_record_reads_the_newest_complete_line(tmp_path):
                    + '{"step": 3, "lo')  # a line still being written
     assert _last_record(tmp_path, since=started) == {"step": 2, "loss": 1.5}
     assert _last_record(tmp_path, since=time.time() + 60) is None  # an older run's log is not this run's
+
+
+def test_long_values_are_cut_to_two_terminal_lines_unless_asked_not_to():
+    full = {line.split()[0]: line.split(None, 1)[1].rstrip() for line in _render(LABEL_STATS, clip=False)[1:]}
+    clipped = {line.split()[0]: line.split(None, 1)[1].rstrip() for line in _render(LABEL_STATS)[1:]}
+    assert full.keys() == clipped.keys()
+    for key, value in full.items():
+        if len(value) <= MAX_VALUE_CHARS:
+            assert clipped[key] == value
+        else:  # the head of the value, marked as cut
+            assert len(clipped[key]) <= MAX_VALUE_CHARS and clipped[key].endswith("…")
+            assert value.startswith(clipped[key][:-1])
+    assert any(len(v) > MAX_VALUE_CHARS for v in full.values())  # the label stats do have long rows
