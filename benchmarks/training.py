@@ -12,9 +12,9 @@
 All three runs train the same tiny model on the same encoded critic-style data (encoded once).
 Throughput counts every optimizer step but the first (warm-up).
 
-`--model DIR` measures (2) only, on a real model folder (e.g. the imported SmolLM2, 134.5M parameters,
-whose matrices are all far above the persistence threshold, so the tiny model's threshold question
-does not arise): a few steps of ZeRO-3 and of DDP at 2 workers, written to `training_<folder>.json`.
+`--model DIR` measures (2) only, on a real model folder (e.g. the imported SmolLM2, 134.5M parameters in
+matrices of 0.3M-28M elements, where partitioning dominates): a few steps of ZeRO-3 and of DDP at 2
+workers, written to `training_<folder>_<precision>.json`.
 
     python benchmarks/training.py            # full run
     python benchmarks/training.py --quick    # ~1-1.5 min, most of it Ray Train worker start-up
@@ -178,7 +178,7 @@ def main() -> None:
                     "peak_memory_mib_per_worker_2_workers": two["peak_memory_mib_per_worker"]}
         throughput = (f"{one['tokens_per_s']:.0f} tokens/s on 1 worker, {two['tokens_per_s']:.0f} on 2 "
                       f"({payload['tokens_per_s_2_vs_1_ratio']:.2f}x); ")
-    name = "training" if args.model is None else f"training_{args.model.resolve().name}"
+    name = "training" if args.model is None else f"training_{args.model.resolve().name}_{args.precision}"
     path = write_result(name, payload)
     print(f"training: {throughput}ZeRO-3 model state per rank = {ratio:.3f} x DDP ({args.precision}, "
           f"{n_params / 1e6:.1f}M parameters); {path}")
