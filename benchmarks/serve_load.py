@@ -264,12 +264,13 @@ def main() -> None:
     import ray
     from ray import serve
 
+    from raypipe.runtime import use_local_worker_env
+
     with tempfile.TemporaryDirectory(prefix="serve_load_") as tmp, timer() as total:
         with timer() as setup:
             model, retrieval = build_assets(Path(tmp), plan)
-        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
-                 runtime_env={"env_vars": {"RAY_AUTH_MODE": "disabled",
-                                           "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}})
+        use_local_worker_env()
+        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
         port = _free_port()
         try:
             one = measure(app_config(model, retrieval, plan, port, replicas=1), plan)

@@ -102,6 +102,16 @@ def use_installed_ninja() -> None:
     os.environ["PATH"] = os.pathsep.join([bin_dir, *rest])
 
 
+def use_local_worker_env() -> None:
+    """Put WORKER_ENV in this process's environment (values already set win) before it starts a local
+    Ray instance: the raylet it starts hands its environment to every worker, so no runtime_env is
+    needed. A runtime_env, even one of env_vars only, runs each new worker through Ray's setup step
+    first (a second Python start): measured here, 12 actors started in 14-16 s without it and 20-21 s
+    with it. A cluster joined by address still gets WORKER_ENV as the job's runtime_env."""
+    for key, value in WORKER_ENV.items():
+        os.environ.setdefault(key, value)
+
+
 def ensure_ray(cfg: RayConfig | None = None) -> None:
     """Initialize Ray once per process; a no-op when already initialized (tests, notebooks)."""
     import ray
@@ -122,8 +132,9 @@ def ensure_ray(cfg: RayConfig | None = None) -> None:
                  logging_level=ray_driver_level())
     else:
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        ray.init(num_cpus=cfg.num_cpus, include_dashboard=False, runtime_env={"env_vars": WORKER_ENV},
-                 log_to_driver=cfg.log_to_driver, logging_level=ray_driver_level())
+        use_local_worker_env()
+        ray.init(num_cpus=cfg.num_cpus, include_dashboard=False, log_to_driver=cfg.log_to_driver,
+                 logging_level=ray_driver_level())
         _watch_local_instance()
     quiet_ray_data()
     if not cfg.log_to_driver:

@@ -1,5 +1,5 @@
 """The serving step of `make demo`: start the app, ask a few questions over HTTP (one through the
-official openai client), print the answers with their citations, shut the app down."""
+official openai client), print the answers with their citations, delete the app."""
 
 from __future__ import annotations
 
@@ -38,18 +38,28 @@ def _verdict(answer: dict[str, Any], golds: tuple[str, ...]) -> bool | None:
     return answer_match(answer["text"] or "", golds) if golds else None
 
 
-def _show(console: Any, title: str, answer: dict[str, Any], golds: tuple[str, ...]) -> None:
+def _show(console: Any, title: str, answer: dict[str, Any], golds: tuple[str, ...]) -> bool | None:
+    """Print one served answer (model text escaped: a "[...]" in it is not rich markup) and return
+    its verdict against `golds`."""
+    from rich.markup import escape
+
     sources = ", ".join(f"{c['title']} ({c['passage_id']})" for c in answer["citations"]) or "none"
     verdict = _verdict(answer, golds)
     gold = "" if verdict is None else f"\n  gold: {' / '.join(golds)} ({'right' if verdict else 'wrong'})"
-    console.print(f"[bold]{title}[/bold]\n  answer: {answer['text'] or '(empty)'}{gold}\n  cites: {sources}\n"
-                  f"  retrievals: {answer['retrieval_count']}, {answer['timings']['total_ms']:.0f} ms",
-                  markup=True, highlight=False)
+    console.print(f"[bold]{escape(title)}[/bold]\n" + escape(
+        f"  answer: {answer['text'] or '(empty)'}{gold}\n  cites: {sources}\n"
+        f"  retrievals: {answer['retrieval_count']}, {answer['timings']['total_ms']:.0f} ms"), highlight=False)
+    return verdict
 
 
 def run_serve_demo(cfg: RaypipeConfig) -> dict[str, Any]:
     """Serve `cfg`, send the demo questions to /v1/generate and one to /v1/chat/completions with the
-    openai client, print the answers, shut Serve down. Returns counts and latencies."""
+    openai client, print the answers, delete the app. Returns counts and latencies.
+
+    The app is deleted, not Serve shut down: `serve.shutdown()` kills its controller while the
+    controller's own graceful_shutdown call is in flight, and Ray prints that call's failure on the
+    driver's terminal (whatever log_to_driver says). The controller and proxy go with the Ray instance
+    when the demo's process ends."""
     import httpx
     import openai
     from ray import serve
@@ -63,7 +73,7 @@ def run_serve_demo(cfg: RaypipeConfig) -> dict[str, Any]:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     questions = demo_questions(cfg)
     answers: list[dict[str, Any]] = []
-    golds: list[tuple[str, ...]] = []
+    verdicts: list[bool | None] = []
     reapply()  # importing Serve has just set its logger back to INFO
     url = start_app(cfg)
     try:
@@ -73,8 +83,7 @@ def run_serve_demo(cfg: RaypipeConfig) -> dict[str, Any]:
                 reply = client.post("/v1/generate", json={"instruction": question})
                 reply.raise_for_status()
                 answers.append(reply.json())
-                golds.append(gold)
-                _show(console, f"POST /v1/generate: {question}", answers[-1], gold)
+                verdicts.append(_show(console, f"POST /v1/generate: {question}", answers[-1], gold))
         chat = openai.OpenAI(base_url=f"{url}/v1", api_key=token or "unused", max_retries=0,
                              timeout=cfg.serve.request_timeout_s)
         completion = chat.chat.completions.create(
@@ -82,13 +91,11 @@ def run_serve_demo(cfg: RaypipeConfig) -> dict[str, Any]:
             extra_body={"selfrag": {"mode": "always"}})
         extras = completion.model_extra["selfrag"]
         answers.append({"text": completion.choices[0].message.content, **extras})
-        golds.append(questions[0][1])
-        _show(console, f"openai client, chat.completions (mode=always): {questions[0][0]}", answers[-1],
-              questions[0][1])
+        verdicts.append(_show(console, f"openai client, chat.completions (mode=always): {questions[0][0]}",
+                              answers[-1], questions[0][1]))
     finally:
-        serve.shutdown()
+        serve.delete(cfg.serve.app_name)
     latencies = [a["timings"]["total_ms"] for a in answers]
-    verdicts = [_verdict(a, g) for a, g in zip(answers, golds, strict=True)]
     return {"url": url, "health": health["status"], "requests": len(answers),
             "answers_with_citations": sum(bool(a["citations"]) for a in answers),
             "right_of_scored": f"{sum(v is True for v in verdicts)} of {sum(v is not None for v in verdicts)}",

@@ -151,6 +151,9 @@ def encode_dataset(data: str, tokenizer_path: str, mask: list[str], max_length: 
     files = list_data_files(data)
     ds = _read(files)
     ds.context.execution_options.preserve_order = True
+    # a few seconds of encoding in several short executions: their bars would only leave a blank line
+    # each on the terminal (the training stage shows its own step counter)
+    ds.context.enable_progress_bars = False
     ds = ds.map_batches(encode_table, batch_format="pyarrow", zero_copy_batch=True,
                         fn_kwargs={"tokenizer_path": tokenizer_path, "mask": list(mask),
                                    "max_length": max_length, "seed": seed,

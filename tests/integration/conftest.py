@@ -9,10 +9,11 @@ import pytest
 def ray_cluster():
     import ray
 
+    from raypipe.runtime import use_local_worker_env
+
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-                 runtime_env={"env_vars": {"RAY_AUTH_MODE": "disabled", "DS_ACCELERATOR": "cpu",
-                                           "TOKENIZERS_PARALLELISM": "false"}})
+        use_local_worker_env()  # the workers inherit it (conftest has set RAY_AUTH_MODE and the rest)
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
     yield ray

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import json
 
+from rich.console import Console
+
 from raypipe.config import load_config
-from raypipe.serving.demo import FALLBACK_QUESTIONS, _verdict, demo_questions
+from raypipe.serving.demo import FALLBACK_QUESTIONS, _show, _verdict, demo_questions
 
 
 def test_demo_questions_carry_their_gold_answers_and_are_scored(tmp_path):
@@ -25,3 +28,16 @@ def test_without_an_eval_set_the_fallback_questions_are_asked_unscored(tmp_path)
     questions = demo_questions(cfg)
     assert [q for q, _ in questions] == list(FALLBACK_QUESTIONS)
     assert _verdict({"text": "anything"}, questions[0][1]) is None
+
+
+def test_a_shown_answer_keeps_its_brackets_and_returns_its_verdict():
+    out = io.StringIO()
+    console = Console(file=out, width=200, color_system=None)
+    answer = {"text": "It is Town0 [/b] [red].", "citations": [{"title": "P0 [bio]", "passage_id": "p1"}],
+              "retrieval_count": 1, "timings": {"total_ms": 12.0}}
+    assert _show(console, "Where was [P0] born?", answer, ("Town0",)) is True
+    printed = out.getvalue()
+    assert "Where was [P0] born?" in printed
+    assert "answer: It is Town0 [/b] [red]." in printed and "cites: P0 [bio] (p1)" in printed
+    assert "gold: Town0 (right)" in printed
+    assert _show(console, "q", {**answer, "text": "Town1"}, ("Town0",)) is False
