@@ -6,7 +6,9 @@ What is silenced, and where it arises (each at its source, so real warnings and 
   support", at INFO);
 - Ray Data's per-dataset INFO lines ("Starting execution", "Execution plan", the periodic progress
   log it writes when stdout is not a terminal): its console handler is raised to WARNING; they stay in
-  `<session>/logs/ray-data/`. On a terminal Ray Data still draws its own progress bars;
+  `<session>/logs/ray-data/`. On a terminal Ray Data still draws its own progress bars, except for
+  training-data encoding (seconds; each bar would leave a blank line), and its advice on how to turn
+  them back on is not printed;
 - Ray core's INFO lines in the driver ("Started a local Ray instance") and Ray Train's and Ray Serve's
   driver-side INFO;
 - transformers' per-load "Loading weights" progress bars, which finish instantly and leave a line each;
@@ -32,6 +34,9 @@ NOISY_LOGGERS: dict[str, int] = {
     "ray": logging.WARNING,  # "Started a local Ray instance." and other driver-side INFO of Ray core
     "ray.train": logging.WARNING,  # Ray Train's driver-side INFO and its repeated dashboard warnings
     "ray.serve": logging.WARNING,  # Serve's driver-side INFO ("Started Serve", "Application ... is ready")
+    # "Progress bars disabled. To enable, set ...": advice, when a short step (training-data encoding)
+    # turns its bars off on purpose
+    "ray.data._internal.progress": logging.ERROR,
     "DeepSpeed": logging.WARNING,  # DeepSpeed's own logger (INFO on every engine start)
     "httpx": logging.WARNING,  # one INFO line per HTTP request of the serving demo
     "sentence_transformers": logging.WARNING,
