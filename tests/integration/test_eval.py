@@ -41,7 +41,7 @@ def eval_run(ray_cluster, world_dir, tiny_model_dir, tmp_path_factory):
         "engine": {"kind": "hf"},
         "methods": {"selfrag": {"max_new_tokens": 6, "max_depth": 2, "beam_width": 2}},
         "eval": {"generator": str(tiny_model_dir), "eval_sets": sets, "out_dir": str(out / "run"),
-                 "limit": LIMIT, "sweeps": {"selfrag": {"threshold": [0.0, 0.5, 1.0], "is_sup_weight": [0.0, 2.0]}},
+                 "limit": LIMIT, "sweeps": {"selfrag": {"threshold": [0.0, 0.2, 0.5, 1.0], "is_sup_weight": [0.0, 2.0]}},
                  "batch_size": 4},
     })
     factory = keyword_retriever_factory(world_dir)
@@ -97,7 +97,9 @@ def test_plots_are_written_and_reruns_skip_finished_variants(eval_run):
     run, first, second = eval_run
     for name in ("threshold_sweep.png", "is_sup_weight_sweep.png"):
         assert (run / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert first["variants decoded"] == 8 and first["variants reused"] == 0
-    assert second["variants decoded"] == 0 and second["variants reused"] == 8
+    # threshold 0.2 is adaptive's own setting: decoded once, written under both names
+    assert first["variants decoded"] == 8 and first["variants reused"] == 1
+    assert (run / "predictions" / "threshold_0.2.jsonl").read_text() == (run / "predictions" / "adaptive.jsonl").read_text()
+    assert second["variants decoded"] == 0 and second["variants reused"] == 9
     assert second["accuracy"] == first["accuracy"]
     assert (run / "_SUCCESS").exists()
