@@ -18,12 +18,11 @@ field does not apply), plus the details of each scenario.
 `recovery_s`: for augment and training, the time from the fault to the end of the job (a killed
 driver's rerun included), less the same job's uninterrupted run, on the same cluster in the same run,
 from the same point (its first shard written, its first checkpoint registered) to its end; for serving,
-from the kill to the first answer to a request sent after it. Node-death detection and the namespaces'
-TCP give-up times are shortened and one-CPU nodes keep their idle worker processes
-(`FAST_FAILURE_DETECTION`, `FAST_TCP_FAILURE`, `SMALL_NODES` in tests/cluster_nodes.py, recorded in the
-JSON): with Ray's defaults a dead node takes about 30 s longer to be declared dead, and with Linux's a
-partitioned node can stall a job for minutes (a worker-lease request sent to it waits for its connection
-to fail).
+from the kill to the first answer to a request sent after it. Node-death detection and the retry
+backoff of requests to an unreachable node are shortened and one-CPU nodes keep their idle worker
+processes (`FAST_FAILURE_DETECTION`, `SMALL_NODES` in tests/cluster_nodes.py, recorded in the JSON):
+with Ray's defaults a dead node takes about 30 s longer to be declared dead, and a partitioned node
+can stall a job for minutes (a worker-lease request sent to it is retried, not failed).
 
     python benchmarks/faults.py            # every fault above, 12 shards x 10 instances
     python benchmarks/faults.py --quick    # the serving fault only (the cluster faults are
@@ -140,14 +139,14 @@ def main() -> None:
     args = parser.parse_args()
 
     from cluster_faults import flat_index
-    from cluster_nodes import FAST_FAILURE_DETECTION, FAST_TCP_FAILURE, SMALL_NODES, netns_unavailable
+    from cluster_nodes import FAST_FAILURE_DETECTION, SMALL_NODES, netns_unavailable
 
     from raypipe.data.io import list_data_files
 
     shards, rows = 12, 10
     payload: dict[str, Any] = {
         "quick": args.quick, "nodes": "head + 2 workers of 1 CPU, one network namespace each (augment, train); "
-        "one local Ray instance (serve)", "failure_detection": FAST_FAILURE_DETECTION, "tcp_failure": FAST_TCP_FAILURE,
+        "one local Ray instance (serve)", "failure_detection": FAST_FAILURE_DETECTION,
         "small_nodes": SMALL_NODES,
         "faults": []}
     faults = payload["faults"]
