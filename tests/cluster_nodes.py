@@ -45,6 +45,13 @@ FAST_FAILURE_DETECTION = {
     # (nothing running; then it finished with the right output).
     "RAY_raylet_rpc_server_reconnect_timeout_max_s": "5",
     "RAY_core_worker_rpc_server_reconnect_timeout_max_s": "5",
+    # A task already pushed to a worker on the cut-off node is failed only when the driver's gRPC
+    # channel to that worker notices the silence: by keepalive pings, sent after this much idle time
+    # (300 s by default) and given up after the timeout (120 s). Measured with the defaults: a 419 s
+    # stall (the cut at 17:46:52, "keepalive watchdog timeout" at 17:53:51), then the right output.
+    # Ray's servers accept pings this often: they take their minimum ping interval from the same value.
+    "RAY_grpc_client_keepalive_time_ms": "2000",
+    "RAY_grpc_client_keepalive_timeout_ms": "2000",
 }
 
 #: Nodes of one CPU each on a 2-core machine. Ray keeps one idle worker process per CPU and ends the
