@@ -35,7 +35,7 @@ demo: setup
 
 test: setup
 	$(BIN)/ruff check .
-	$(BIN)/pytest -q --durations=15
+	$(BIN)/pytest -q --durations=30
 
 lint: setup
 	$(BIN)/ruff check .
