@@ -8,7 +8,7 @@ per NQ question against Self-RAG's 2.08 s, a ratio of 1.05, both 7B):
    2, depth 3) over the same questions, the same retriever and the same weights (the engine is
    shared, so both methods pay for the same model) -> `sr_vs_selfrag_time_ratio`.
 
-    python benchmarks/self_reasoning.py --model runs/sr/models/self_reasoning -c configs/self_reasoning.yaml
+    python benchmarks/self_reasoning.py --model runs/ls_lm/models/self_reasoning -c configs/self_reasoning.yaml
     python benchmarks/self_reasoning.py --quick     # tiny untrained model, keyword retriever, < 2 min
 """
 
