@@ -14,13 +14,15 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
 from raypipe.config import MethodSettings
 from raypipe.errors import ConfigError
-from raypipe.inference.engines.base import Engine
 from raypipe.methods.closed_set import Option
 from raypipe.retrieval.types import Searcher
+
+if TYPE_CHECKING:  # the engine module imports torch and transformers: seconds the HTTP ingress need not pay
+    from raypipe.inference.engines.base import Engine
 
 
 class RelevanceScorer(Protocol):

@@ -1,5 +1,5 @@
-"""The Ray Serve deployments: Retrieval, Generator, Decoder and the HTTP ingress (ARCHITECTURE.md,
-"Serving").
+"""The model-side Ray Serve deployments: Retrieval, Generator, Evaluator, WebSearch and the Decoder
+(ARCHITECTURE.md, "Serving"); the HTTP ingress is in ingress.py.
 
     HTTP -> Ingress (FastAPI) -> Decoder (autoscaled) -> Generator (engine, @serve.batch)
                                                       -> Retrieval (encoder + faiss, @serve.batch)
@@ -25,12 +25,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
-from fastapi import FastAPI
 from ray import serve
-from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
 from ray.serve.handle import DeploymentHandle
 
-from raypipe.config import EngineConfig, EvaluatorConfig, MethodSettings, RaypipeConfig, RetrievalConfig
+from raypipe.config import EngineConfig, EvaluatorConfig, MethodSettings, RetrievalConfig
 from raypipe.inference.engines import make_engine
 from raypipe.inference.engines.base import Generation, GenerationParams
 from raypipe.methods import get_method
@@ -39,7 +37,6 @@ from raypipe.models import load_tokenizer
 from raypipe.models.prompt_format import generator_prompt
 from raypipe.retrieval.retriever import load_retriever
 from raypipe.retrieval.types import Passage
-from raypipe.serving.api import DecodeTimeout, Overloaded, build_api
 from raypipe.serving.batching import run_grouped
 from raypipe.serving.remote import CallClock, RemoteEngine, RemoteScorer, RemoteSearcher
 
@@ -205,34 +202,3 @@ class Decoder:
         count = self.tokenizer(written, add_special_tokens=False)["input_ids"]
         return {"prompt_tokens": len(self.tokenizer(prompt)["input_ids"]),
                 "completion_tokens": sum(len(ids) for ids in count)}
-
-
-class DecoderBackend:
-    """The ingress's view of the Decoder: Serve's back-pressure becomes `Overloaded` (503) and a
-    request over its deadline `DecodeTimeout` (504), cancelled on the way out."""
-
-    def __init__(self, decoder: DeploymentHandle, timeout_s: float):
-        self.decoder, self.timeout_s = decoder, timeout_s
-
-    async def decode(self, method: str, request: MethodRequest, settings: MethodSettings, top_k: int) -> dict[str, Any]:
-        response = self.decoder.decode.remote(method, request, settings, top_k)
-        try:
-            return await asyncio.wait_for(response, self.timeout_s)
-        except (BackPressureError, DeploymentUnavailableError) as exc:
-            raise Overloaded(str(exc)) from exc
-        except TimeoutError as exc:
-            response.cancel()
-            raise DecodeTimeout(f"no answer within serve.request_timeout_s={self.timeout_s} s") from exc
-
-
-@serve.deployment
-@serve.ingress()
-class Ingress:
-    """The HTTP API (api.py) of the app; the FastAPI app is built in the replica from `cfg`."""
-
-    def __init__(self, decoder: DeploymentHandle, cfg: RaypipeConfig, auth_digest: str | None):
-        self.backend = DecoderBackend(decoder, cfg.serve.request_timeout_s)
-        self.cfg, self.auth_digest = cfg, auth_digest
-
-    def __serve_build_asgi_app__(self) -> FastAPI:
-        return build_api(self.cfg, self.backend, self.auth_digest)

@@ -264,7 +264,7 @@ class _Handle:
 def test_decoder_backend_maps_backpressure_and_deadline():
     from ray.serve.exceptions import BackPressureError
 
-    from raypipe.serving.deployments import DecoderBackend
+    from raypipe.serving.ingress import DecoderBackend
 
     call = ("selfrag", MethodRequest("q"), SelfRAGSettings(), 3)
     ok = DecoderBackend(_Handle(_Response(result={"text": "a"})), timeout_s=5)
@@ -277,6 +277,18 @@ def test_decoder_backend_maps_backpressure_and_deadline():
     with pytest.raises(DecodeTimeout, match="0.05"):
         asyncio.run(DecoderBackend(_Handle(hanging), timeout_s=0.05).decode(*call))
     assert hanging.cancelled
+
+
+def test_the_ingress_replica_imports_no_model_library():
+    """The ingress replica starts in seconds only if its module stays clear of torch and transformers;
+    a fresh interpreter shows what importing it pulls in."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, raypipe.serving.ingress; "
+             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"
 
 
 # --- bad input never answers 5xx (issue 18) ---------------------------------------------------------
