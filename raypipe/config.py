@@ -757,6 +757,22 @@ class RobustnessConfig(Section):
         return sorted(rates)
 
 
+class RetrievalNoiseConfig(Section):
+    """Self-Reasoning's Figure 3 settings applied to every evaluated method at once: the index's top-K
+    in a seeded random order, and `noise_fraction` of it replaced by another question's top-K of the
+    same decode call (raypipe.retrieval.perturb.NoisySearcher). So Self-RAG, RAG and CRAG meet the
+    noise Self-Reasoning's `noise50` variant meets, and the paper's comparison (how much each method
+    loses) can be run. Items that carry their own passages are searched in those, unperturbed."""
+
+    doc_order: Literal["retrieved", "shuffled"] = "retrieved"
+    noise_fraction: float = Field(0.0, ge=0.0, le=1.0)
+    seed: int = 0
+
+    @property
+    def active(self) -> bool:
+        return self.doc_order == "shuffled" or self.noise_fraction > 0
+
+
 class EvalConfig(Section):
     """`raypipe eval`: decoding as a Ray Data batch job over eval sets, metrics, sweeps and plots."""
 
@@ -777,6 +793,8 @@ class EvalConfig(Section):
     methods: list[MethodName] = ["selfrag"]
     sweeps: SweepsConfig = SweepsConfig()
     robustness: RobustnessConfig = RobustnessConfig()
+    #: every method's retrieval perturbed as in Self-Reasoning's Figure 3 (off by default)
+    retrieval_noise: RetrievalNoiseConfig = RetrievalNoiseConfig()
     #: rows per eval set at most (the first ones); None = all
     limit: int | None = Field(None, ge=1)
     #: where retrieval reads passages during eval: `retriever` (the configured index), `ctxs` (each row's

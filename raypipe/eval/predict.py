@@ -18,13 +18,13 @@ from dataclasses import replace
 
 import numpy as np
 
-from raypipe.config import CRAGConfig, EngineConfig, RetrievalConfig
+from raypipe.config import CRAGConfig, EngineConfig, RetrievalConfig, RetrievalNoiseConfig
 from raypipe.eval.datasets import EvalItem
 from raypipe.eval.item_search import ItemSearcher, passage_groups
 from raypipe.eval.memo import MemoEngine, MemoScorer, MemoSearcher
 from raypipe.methods import get_method
 from raypipe.methods.base import Method, ToolName, Tools, Variant
-from raypipe.retrieval.perturb import GoldRemovalSearcher
+from raypipe.retrieval.perturb import GoldRemovalSearcher, NoisySearcher
 from raypipe.retrieval.types import Searcher
 
 logger = logging.getLogger(__name__)
@@ -38,10 +38,11 @@ def tools_used(variants: list[Variant]) -> set[ToolName]:
 
 
 def load_tools(used: set[ToolName], generator: str, engine: EngineConfig, retrieval: RetrievalConfig,
-               searcher_factory: SearcherFactory | None = None, crag: CRAGConfig | None = None) -> Tools:
+               searcher_factory: SearcherFactory | None = None, crag: CRAGConfig | None = None,
+               noise: RetrievalNoiseConfig | None = None) -> Tools:
     """The tools `used` names, loaded in this process: the generator's engine, the dense retriever
-    (or `searcher_factory`'s stand-in), the second search source, and CRAG's evaluator and instruct LM
-    (`crag.evaluator`, `crag.lm`)."""
+    (or `searcher_factory`'s stand-in; perturbed by `noise` when it is active), the second search
+    source, and CRAG's evaluator and instruct LM (`crag.evaluator`, `crag.lm`)."""
     from raypipe.inference.engines import make_engine
     from raypipe.retrieval import build_search_backend, load_retriever
 
@@ -52,6 +53,9 @@ def load_tools(used: set[ToolName], generator: str, engine: EngineConfig, retrie
         tools.engine = make_engine(generator, engine)
     if "retriever" in used:
         tools.retriever = searcher_factory() if searcher_factory else load_retriever(retrieval)
+        if noise is not None and noise.active:
+            tools.retriever = NoisySearcher(tools.retriever, noise.noise_fraction, noise.doc_order == "shuffled",
+                                            noise.seed)
     if "web" in used:
         tools.web = build_search_backend(retrieval)
     if "evaluator" in used:
@@ -68,15 +72,16 @@ class EvalPredictor:
     method's result as JSON. `index`: whether some item searches the index (False: every item carries
     its own passages, and no index is loaded). `removal[name]`: the share of accurate retrieval results
     variant `name` loses (seeded by `removal_seed`); its results carry `retrieval_removal` (rate,
-    accurate results found, removed)."""
+    accurate results found, removed). `noise`: every variant's index results perturbed alike."""
 
     def __init__(self, generator: str, engine: EngineConfig, retrieval: RetrievalConfig, variants: list[Variant],
                  searcher_factory: SearcherFactory | None = None, crag: CRAGConfig | None = None,
-                 index: bool = True, removal: dict[str, float] | None = None, removal_seed: int = 0):
+                 index: bool = True, removal: dict[str, float] | None = None, removal_seed: int = 0,
+                 noise: RetrievalNoiseConfig | None = None):
         self.variants, self.top_k = variants, retrieval.top_k
         self.removal, self.removal_seed = removal or {}, removal_seed
         used = tools_used(variants) - (set() if index else {"retriever"})
-        self.tools = load_tools(used, generator, engine, retrieval, searcher_factory, crag)
+        self.tools = load_tools(used, generator, engine, retrieval, searcher_factory, crag, noise)
 
     def _memoized(self) -> Tools:
         t = self.tools

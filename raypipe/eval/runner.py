@@ -97,6 +97,8 @@ def _fingerprint(cfg: RaypipeConfig, variant: Variant, injected_retriever: bool,
     }
     if removal is not None:
         payload["removal"] = [removal, cfg.eval.robustness.seed]
+    if cfg.eval.retrieval_noise.active:  # absent when off: predictions of earlier runs stay current
+        payload["retrieval_noise"] = cfg.eval.retrieval_noise.model_dump(mode="json")
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -120,6 +122,7 @@ def _predict(cfg: RaypipeConfig, items: list[EvalItem], variants: list[Variant],
             "index": any(item.passages is None for item in items),
             "removal": {v.name: removal[v.name] for v in variants if v.name in removal},
             "removal_seed": cfg.eval.robustness.seed,
+            "noise": cfg.eval.retrieval_noise,
         },
         compute=ray.data.ActorPoolStrategy(size=cfg.eval.actors),
         batch_size=cfg.eval.batch_size,
@@ -230,6 +233,8 @@ def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None
     metrics = {
         "generator": cfg.eval.generator,
         "methods": cfg.eval.methods,
+        **({"retrieval_noise": cfg.eval.retrieval_noise.model_dump(mode="json")}
+           if cfg.eval.retrieval_noise.active else {}),
         **{key: {h: overall[h][key] for h in headline}
            for key in ("accuracy", "exact_match", "retrieval_frequency", "factscore")},
         "per_set": per_set,

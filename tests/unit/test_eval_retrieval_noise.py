@@ -1,0 +1,45 @@
+"""`eval.retrieval_noise`: Self-Reasoning's Figure 3 noise applied to every evaluated method's index
+results, and predictions decoded under it never mistaken for clean ones."""
+
+from __future__ import annotations
+
+from raypipe.config import EngineConfig, RetrievalConfig, RetrievalNoiseConfig, load_config
+from raypipe.eval.predict import load_tools
+from raypipe.eval.runner import _fingerprint, eval_variants
+from raypipe.retrieval.types import Hit
+
+
+class CorpusSearcher:
+    def __init__(self) -> None:
+        self.corpus = {q: [Hit(f"{q}{i}", q.upper(), f"{q} text {i}", 1.0) for i in range(4)] for q in "ab"}
+
+    def search(self, queries: list[str], k: int) -> list[list[Hit]]:
+        return [self.corpus[q][:k] for q in queries]
+
+
+def _retriever(noise: RetrievalNoiseConfig):
+    return load_tools({"retriever"}, "unused", EngineConfig(), RetrievalConfig(), CorpusSearcher, noise=noise).retriever
+
+
+def test_active_noise_replaces_half_of_each_questions_documents_with_the_other_questions():
+    a, b = _retriever(RetrievalNoiseConfig(noise_fraction=0.5, seed=3)).search(["a", "b"], 4)
+    assert sum(p.id.startswith("b") for p in a) == 2 and sum(p.id.startswith("a") for p in b) == 2
+    clean = _retriever(RetrievalNoiseConfig())
+    assert isinstance(clean, CorpusSearcher)  # off: the method searches the retriever itself
+    shuffled = _retriever(RetrievalNoiseConfig(doc_order="shuffled", seed=3)).search(["a", "b"], 4)
+    assert [sorted(p.id for p in hits) for hits in shuffled] == [["a0", "a1", "a2", "a3"], ["b0", "b1", "b2", "b3"]]
+    assert [p.id for p in shuffled[0]] != ["a0", "a1", "a2", "a3"] or [p.id for p in shuffled[1]] != ["b0", "b1", "b2", "b3"]
+
+
+def test_noisy_predictions_have_their_own_fingerprint_and_clean_ones_keep_theirs(tmp_path):
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text('{"id": "q1", "question": "Where was Ada born?", "answers": ["Ostrava"]}\n')
+    common = ["eval.methods=[rag]", f"eval.eval_sets=[{qa}]"]
+    base = load_config(None, common)
+    variant = eval_variants(base)[0]
+    off = load_config(None, [*common, "eval.retrieval_noise.seed=5"])  # inactive: nothing changes
+    noisy = load_config(None, [*common, "eval.retrieval_noise.noise_fraction=0.5"])
+    shuffled = load_config(None, [*common, "eval.retrieval_noise.doc_order=shuffled"])
+    prints = [_fingerprint(cfg, variant, False, None) for cfg in (base, off, noisy, shuffled)]
+    assert prints[0] == prints[1]
+    assert len(set(prints[1:])) == 3
