@@ -611,9 +611,10 @@ class SelfReasoningSettings(MethodSettings):
 
     #: tokens of the whole trajectory at most (the paper allows 2048; our trajectories are ~150-300)
     max_new_tokens: int = Field(384, ge=1)
-    #: what `text` of the result is: the short answer (short-form QA, fact verification) or the
-    #: analysis with its citations (long-form)
-    text: Literal["answer", "analysis"] = "answer"
+    #: what `text` of the result is: the short answer (short-form QA, fact verification), the analysis
+    #: with its citations (long-form), or `auto`: the analysis for long-form requests (an eval set's
+    #: biographies), the short answer for the others, so one eval scores each set on its own kind
+    text: Literal["auto", "answer", "analysis"] = "auto"
     #: Figure 3's robustness settings: `shuffled` shows the top-K in a random (seeded) order;
     #: `noise_fraction` of them are replaced by another question's top-K of the same batch
     doc_order: Literal["retrieved", "shuffled"] = "retrieved"

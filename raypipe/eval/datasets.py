@@ -91,7 +91,8 @@ class EvalItem:
         and 85% (mc) of items, against 74% and 81% with the shared task instruction in front. A
         long-form item with an input (ASQA) retrieves with it, its question, as Self-RAG does."""
         query = self.input if self.task in ("fact", "mc") or (self.task == "longform_ref" and self.input) else None
-        return MethodRequest(self.instruction, self.input, self.options(), query=query)
+        return MethodRequest(self.instruction, self.input, self.options(), query=query,
+                             long_form=self.task in ("longform", "longform_ref"))
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False)

@@ -39,12 +39,14 @@ class MethodRequest:
     """One question to answer. `options` are a closed-set task's answer options (empty for open-ended
     generation); `query` is what x is for retrieval when it is not instruction + input (a closed-set
     task's instruction is the same boilerplate for every item, so the papers retrieve with the claim
-    or the question alone)."""
+    or the question alone). `long_form`: the answer is a passage (a biography, an ASQA answer), so a
+    method that writes a short answer beside a long one (Self-Reasoning) answers with the long one."""
 
     instruction: str
     input: str = ""
     options: tuple[Option, ...] = ()
     query: str | None = None
+    long_form: bool = False
 
     def retrieval_text(self) -> str:
         """x as a search query: `query` when set, else instruction and input."""

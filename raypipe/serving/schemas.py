@@ -137,7 +137,7 @@ class SelfReasoningControls(MethodControls):
     renames: ClassVar[dict[str, str]] = {"max_tokens": "max_new_tokens"}
 
     max_tokens: int | None = Field(None, ge=1, description="tokens of the whole trajectory at most")
-    text: Literal["answer", "analysis"] | None = None
+    text: Literal["auto", "answer", "analysis"] | None = None
     doc_order: Literal["retrieved", "shuffled"] | None = None
     noise_fraction: float | None = Field(None, ge=0.0, le=1.0)
 

@@ -24,6 +24,7 @@ def test_three_shapes():
     assert mc.request().options == mc.options()
     # closed-set items retrieve with the claim or the question (and choices), not the task instruction
     assert (qa.request().query, fact.request().query, mc.request().query) == (None, "Ada wrote it.", mc.input)
+    assert not any(item.request().long_form for item in (qa, fact, mc))
     assert EvalItem.from_json(mc.to_json()) == mc
 
 

@@ -89,6 +89,7 @@ def test_the_worlds_long_form_row_is_scored_by_factscore(person, row):
     item = parse_item(row, "heldout_longform")
     assert (item.task, item.golds, item.passage_ids) == ("longform", tuple(row["facts"]), tuple(row["passage_ids"]))
     assert person.early_passage in item.passage_ids and EvalItem.from_json(item.to_json()) == item
+    assert item.request().long_form  # a biography: methods with a long answer give it
 
 
 def test_judge_and_summary_report_factscore(person, row):

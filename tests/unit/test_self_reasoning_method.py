@@ -111,6 +111,14 @@ def test_analysis_text_setting_returns_the_long_answer():
     assert ada.text == "Ada was born in 1815 [2]."
 
 
+def test_auto_text_answers_long_form_requests_with_the_analysis_and_the_others_with_the_answer():
+    short, long = MethodRequest("When was Ada born?"), MethodRequest("When was Ada born?", long_form=True)
+    _, _, _, (short_result, long_result) = run([], requests=[short, long])
+    assert (short_result.text, long_result.text) == ("1815", "Ada was born in 1815 [2].")
+    _, _, _, (forced,) = run([], SelfReasoningSettings(text="answer"), requests=[long])
+    assert forced.text == "1815"
+
+
 def test_noise_replaces_half_of_the_documents_with_another_questions():
     corpus = {"a": [P(f"a{i}", "A", "a") for i in range(4)], "b": [P(f"b{i}", "B", "b") for i in range(4)]}
     noisy = NoisySearcher(FakeSearcher(corpus), noise_fraction=0.5, seed=1)

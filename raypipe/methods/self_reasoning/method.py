@@ -3,7 +3,7 @@ parse it (Self-Reasoning §"Method", Figure 2 bottom; §"Preliminary": y = conca
 pass).
 
 Per batch of requests: one search call, one engine call. Each result's `text` is the short answer
-(or the analysis, `text: analysis`), its citations the passages the trajectory cites (EAP snippets
+or the analysis (`text`: `auto` gives long-form requests the analysis), its citations the passages the trajectory cites (EAP snippets
 and analysis marks, document numbers mapped back to passage ids), its trace the parsed trajectory.
 
 - All documents irrelevant (RAP says `Relevant: False`): the model answers from internal knowledge
@@ -111,7 +111,8 @@ class SelfReasoning(Method[SelfReasoningSettings]):
         else:
             trace.update(trajectory=trajectory.as_dict(), internal_knowledge=not trajectory.relevant)
             answer = trajectory.answer
-            text = trajectory.analysis if settings.text == "analysis" else answer
+            long = settings.text == "analysis" or (settings.text == "auto" and request.long_form)
+            text = trajectory.analysis if long else answer
             cited = trajectory.cited_docs() if trajectory.relevant else []
             citations = list({docs[n - 1].id: Citation(docs[n - 1].id, docs[n - 1].title) for n in cited}.values())
         result = MethodResult(text=text, citations=citations, n_retrievals=1, trace=trace)
