@@ -604,7 +604,21 @@ class SelfCRAGSettings(SelfRAGSettings, CorrectiveSettings):
     knowledge (internal for Correct, external for Incorrect, both for Ambiguous)."""
 
 
-class SelfReasoningSettings(MethodSettings):
+class DocumentNoise(Section):
+    """Self-Reasoning's Figure 3 retrieval-robustness settings, read by
+    `raypipe.retrieval.perturb.perturbed`: `shuffled` shows the top-K in a random (seeded) order;
+    `noise_fraction` of each question's top-K is replaced by another question's of the same search call."""
+
+    doc_order: Literal["retrieved", "shuffled"] = "retrieved"
+    noise_fraction: float = Field(0.0, ge=0.0, le=1.0)
+    seed: int = 0
+
+    @property
+    def perturbs(self) -> bool:
+        return self.doc_order == "shuffled" or self.noise_fraction > 0
+
+
+class SelfReasoningSettings(MethodSettings, DocumentNoise):
     """Self-Reasoning decoding (raypipe.methods.self_reasoning.method): retrieve top-K, generate the
     RAP/EAP/TAP trajectory in one pass, parse it. The generator is the self-reasoning model
     (`training.self_reasoning.out_dir`), so point `eval.generator` / `serve.generator` at it."""
@@ -615,11 +629,7 @@ class SelfReasoningSettings(MethodSettings):
     #: with its citations (long-form), or `auto`: the analysis for long-form requests (an eval set's
     #: biographies), the short answer for the others, so one eval scores each set on its own kind
     text: Literal["auto", "answer", "analysis"] = "auto"
-    #: Figure 3's robustness settings: `shuffled` shows the top-K in a random (seeded) order;
-    #: `noise_fraction` of them are replaced by another question's top-K of the same batch
-    doc_order: Literal["retrieved", "shuffled"] = "retrieved"
-    noise_fraction: float = Field(0.0, ge=0.0, le=1.0)
-    seed: int = 0
+    # doc_order, noise_fraction, seed: Figure 3's robustness settings (DocumentNoise)
 
 
 class MethodsConfig(Section):
@@ -758,20 +768,11 @@ class RobustnessConfig(Section):
         return sorted(rates)
 
 
-class RetrievalNoiseConfig(Section):
-    """Self-Reasoning's Figure 3 settings applied to every evaluated method at once: the index's top-K
-    in a seeded random order, and `noise_fraction` of it replaced by another question's top-K of the
-    same decode call (raypipe.retrieval.perturb.NoisySearcher). So Self-RAG, RAG and CRAG meet the
-    noise Self-Reasoning's `noise50` variant meets, and the paper's comparison (how much each method
-    loses) can be run. Items that carry their own passages are searched in those, unperturbed."""
-
-    doc_order: Literal["retrieved", "shuffled"] = "retrieved"
-    noise_fraction: float = Field(0.0, ge=0.0, le=1.0)
-    seed: int = 0
-
-    @property
-    def active(self) -> bool:
-        return self.doc_order == "shuffled" or self.noise_fraction > 0
+class RetrievalNoiseConfig(DocumentNoise):
+    """Self-Reasoning's Figure 3 settings applied to every evaluated method's index results at once,
+    so Self-RAG, RAG and CRAG meet the noise Self-Reasoning's `noise50` variant meets, and the paper's
+    comparison (how much each method loses) can be run. Items that carry their own passages are
+    searched in those, unperturbed."""
 
 
 class EvalConfig(Section):

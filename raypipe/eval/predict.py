@@ -24,7 +24,7 @@ from raypipe.eval.item_search import ItemSearcher, passage_groups
 from raypipe.eval.memo import MemoEngine, MemoScorer, MemoSearcher
 from raypipe.methods import get_method
 from raypipe.methods.base import Method, ToolName, Tools, Variant
-from raypipe.retrieval.perturb import GoldRemovalSearcher, NoisySearcher
+from raypipe.retrieval.perturb import GoldRemovalSearcher, perturbed
 from raypipe.retrieval.types import Searcher
 
 logger = logging.getLogger(__name__)
@@ -53,9 +53,8 @@ def load_tools(used: set[ToolName], generator: str, engine: EngineConfig, retrie
         tools.engine = make_engine(generator, engine)
     if "retriever" in used:
         tools.retriever = searcher_factory() if searcher_factory else load_retriever(retrieval)
-        if noise is not None and noise.active:
-            tools.retriever = NoisySearcher(tools.retriever, noise.noise_fraction, noise.doc_order == "shuffled",
-                                            noise.seed)
+        if noise is not None:
+            tools.retriever = perturbed(tools.retriever, noise)
     if "web" in used:
         tools.web = build_search_backend(retrieval)
     if "evaluator" in used:

@@ -97,7 +97,7 @@ def _fingerprint(cfg: RaypipeConfig, variant: Variant, injected_retriever: bool,
     }
     if removal is not None:
         payload["removal"] = [removal, cfg.eval.robustness.seed]
-    if cfg.eval.retrieval_noise.active:  # absent when off: predictions of earlier runs stay current
+    if cfg.eval.retrieval_noise.perturbs:  # absent when off: predictions of earlier runs stay current
         payload["retrieval_noise"] = cfg.eval.retrieval_noise.model_dump(mode="json")
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -234,7 +234,7 @@ def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None
         "generator": cfg.eval.generator,
         "methods": cfg.eval.methods,
         **({"retrieval_noise": cfg.eval.retrieval_noise.model_dump(mode="json")}
-           if cfg.eval.retrieval_noise.active else {}),
+           if cfg.eval.retrieval_noise.perturbs else {}),
         **{key: {h: overall[h][key] for h in headline}
            for key in ("accuracy", "exact_match", "retrieval_frequency", "factscore")},
         "per_set": per_set,

@@ -18,9 +18,13 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING
 
 from raypipe.errors import DataError
 from raypipe.retrieval.types import Passage, Searcher, query_owner
+
+if TYPE_CHECKING:
+    from raypipe.config import DocumentNoise
 
 
 def seeded_rng(seed: int, *key: str) -> random.Random:
@@ -57,6 +61,14 @@ class NoisySearcher:
                 rng.shuffle(hits)
             out.append(hits)
         return out
+
+
+def perturbed(inner: Searcher, noise: DocumentNoise) -> Searcher:
+    """`inner` seen through `noise` (a method's settings or eval's `retrieval_noise`): itself when
+    `noise` perturbs nothing, else a `NoisySearcher` over it."""
+    if not noise.perturbs:
+        return inner
+    return NoisySearcher(inner, noise.noise_fraction, noise.doc_order == "shuffled", noise.seed)
 
 
 class GoldRemovalSearcher:

@@ -3,8 +3,9 @@ parse it (Self-Reasoning §"Method", Figure 2 bottom; §"Preliminary": y = conca
 pass).
 
 Per batch of requests: one search call, one engine call. Each result's `text` is the short answer
-or the analysis (`text`: `auto` gives long-form requests the analysis), its citations the passages the trajectory cites (EAP snippets
-and analysis marks, document numbers mapped back to passage ids), its trace the parsed trajectory.
+or the analysis (`text: auto` gives long-form requests the analysis), its citations the passages the
+trajectory cites (EAP snippets and analysis marks, document numbers mapped back to passage ids), its
+trace the parsed trajectory.
 
 - All documents irrelevant (RAP says `Relevant: False`): the model answers from internal knowledge
   in the same pass (§"Relevance-Aware Process"); the result cites nothing and the trace says
@@ -37,7 +38,7 @@ from raypipe.methods.self_reasoning.format import (
     format_prompt,
     parse_trajectory,
 )
-from raypipe.retrieval.perturb import NoisySearcher
+from raypipe.retrieval.perturb import perturbed
 
 logger = logging.getLogger(__name__)
 
@@ -81,9 +82,7 @@ class SelfReasoning(Method[SelfReasoningSettings]):
                top_k: int) -> list[MethodResult]:
         if not requests:
             return []
-        searcher = self.tools.get("retriever", self.name)
-        if settings.noise_fraction > 0 or settings.doc_order == "shuffled":
-            searcher = NoisySearcher(searcher, settings.noise_fraction, settings.doc_order == "shuffled", settings.seed)
+        searcher = perturbed(self.tools.get("retriever", self.name), settings)
         found = searcher.search([r.retrieval_text() for r in requests], top_k)
         docs = [[Doc(p.id, p.title, p.text) for p in hits] for hits in found]
         prompts = [format_prompt(question_of(r), d, self.engine.prompt) for r, d in zip(requests, docs, strict=True)]
