@@ -128,7 +128,7 @@ def validate_gguf(path: Path) -> None:
 
 def validate_source(source: Source) -> str:
     """Check the source and return its sha256 (a folder's: over all its files)."""
-    from raypipe.models.load import check_tokenizer_files
+    from raypipe.models.folder import check_tokenizer_files
 
     if source.kind == "hf":
         if not (source.path / "config.json").is_file():

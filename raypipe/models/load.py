@@ -10,52 +10,14 @@ import logging
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
 from raypipe.errors import ModelError
 from raypipe.models.device import pick_device, pick_dtype
 from raypipe.models.embeddings import resize_with_piece_means
-from raypipe.models.tokenizer import add_reflection_tokens
+from raypipe.models.folder import load_tokenizer_and_added, model_folder
 
 logger = logging.getLogger(__name__)
-
-
-def _model_folder(path: str | Path) -> Path:
-    folder = Path(path)
-    if not folder.is_dir():
-        raise ModelError(f"model folder not found: {folder}")
-    if not (folder / "config.json").is_file():
-        raise ModelError(f"{folder}: no config.json, so it is not a Hugging Face model folder")
-    return folder
-
-
-#: files any one of which makes a folder's tokenizer loadable by AutoTokenizer
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
-
-
-def check_tokenizer_files(folder: Path) -> None:
-    """ModelError naming the folder when it has no tokenizer file at all: a model folder copied
-    without its tokenizer would otherwise fail deep inside transformers with a message about the hub."""
-    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
-        raise ModelError(f"{folder}: no tokenizer in the model folder (none of {', '.join(TOKENIZER_FILES)}); "
-                         "copy the tokenizer files next to config.json")
-
-
-def _load_tokenizer(folder: Path) -> tuple[PreTrainedTokenizerBase, dict[str, list[int]]]:
-    check_tokenizer_files(folder)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-    except (OSError, ValueError) as exc:
-        raise ModelError(f"{folder}: cannot load the tokenizer: {exc}") from exc
-    added = add_reflection_tokens(tokenizer)
-    if added:
-        logger.warning("%s: added %d reflection tokens missing from its tokenizer", folder, len(added))
-    return tokenizer, added
-
-
-def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
-    """The tokenizer of a local model folder, with every reflection token a single special id."""
-    return _load_tokenizer(_model_folder(path))[0]
 
 
 def load_model(
@@ -68,8 +30,8 @@ def load_model(
     is how a base checkpoint becomes a Self-RAG generator or critic before fine-tuning (paper §3.2).
     Device and dtype default to the best the machine offers (`pick_device`, `pick_dtype`).
     """
-    folder = _model_folder(path)
-    tokenizer, added = _load_tokenizer(folder)
+    folder = model_folder(path)
+    tokenizer, added = load_tokenizer_and_added(folder)
     device = device or pick_device()
     dtype = dtype or pick_dtype(device)
     try:

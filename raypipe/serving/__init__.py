@@ -2,8 +2,9 @@
 
 - app.py: the app builder (`build_app`, `app_from_config` for configs/serve.yaml), `run_serve`
   (`raypipe serve`), `start_app`;
-- deployments.py: Retrieval, Generator (batched engine calls), Decoder (autoscaled; runs the
-  request's method); ingress.py: Ingress (FastAPI), which imports no model library;
+- deployments.py: Retrieval, Generator (batched engine calls), Evaluator, WebSearch; decoder.py:
+  Decoder (autoscaled; runs the request's method); ingress.py: Ingress (FastAPI). The last two import
+  no torch, so they start in seconds;
 - api.py / schemas.py / auth.py: routes, request models with the server's limits, bearer tokens;
 - remote.py: engine and searcher proxies over deployment handles; batching.py: merging calls;
 - demo.py: the serving step of `make demo` (`run_serve_demo`).

@@ -79,7 +79,8 @@ def _cluster_has_gpus() -> bool:
 def build_app(cfg: RaypipeConfig) -> Application:
     """The Serve application of `cfg`: Ingress -> Decoder -> Generator + Retrieval, each model
     deployment bound only when a served method uses it."""
-    from raypipe.serving.deployments import Decoder, Evaluator, Generator, Retrieval, WebSearch
+    from raypipe.serving.decoder import Decoder
+    from raypipe.serving.deployments import Evaluator, Generator, Retrieval, WebSearch
     from raypipe.serving.ingress import Ingress
 
     check_defaults_within_limits(cfg)

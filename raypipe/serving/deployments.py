@@ -1,5 +1,5 @@
-"""The model-side Ray Serve deployments: Retrieval, Generator, Evaluator, WebSearch and the Decoder
-(ARCHITECTURE.md, "Serving"); the HTTP ingress is in ingress.py.
+"""The model-side Ray Serve deployments: Retrieval, Generator, Evaluator and WebSearch (ARCHITECTURE.md,
+"Serving"); the Decoder is in decoder.py and the HTTP ingress in ingress.py, both without torch.
 
     HTTP -> Ingress (FastAPI) -> Decoder (autoscaled) -> Generator (engine, @serve.batch)
                                                       -> Retrieval (encoder + faiss, @serve.batch)
@@ -19,26 +19,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
 from ray import serve
-from ray.serve.handle import DeploymentHandle
 
-from raypipe.config import EngineConfig, EvaluatorConfig, MethodSettings, RetrievalConfig
+from raypipe.config import EngineConfig, EvaluatorConfig, RetrievalConfig
 from raypipe.inference.engines import make_engine
 from raypipe.inference.engines.base import Generation, GenerationParams
-from raypipe.methods import get_method
-from raypipe.methods.base import MethodRequest, MethodResult, Tools
-from raypipe.models import load_tokenizer
-from raypipe.models.prompt_format import generator_prompt
 from raypipe.retrieval.retriever import load_retriever
 from raypipe.retrieval.types import Passage
 from raypipe.serving.batching import run_grouped
-from raypipe.serving.remote import CallClock, RemoteEngine, RemoteScorer, RemoteSearcher
 
 logger = logging.getLogger(__name__)
 
@@ -150,55 +143,3 @@ class WebSearch:
 
     def search(self, queries: list[str], k: int) -> list[list[Passage]]:
         return [list(hits) for hits in self.web.search(queries, k)]
-
-
-@serve.deployment
-class Decoder:
-    """Runs one request at a time per worker thread (`concurrency` threads) with the method it names,
-    over proxies of the bound deployments (`handles`: tool name -> deployment). Autoscaled on its
-    ongoing requests."""
-
-    def __init__(self, handles: dict[str, DeploymentHandle], model_path: str, concurrency: int, call_timeout_s: float,
-                 lm_path: str | None = None):
-        self.handles, self.call_timeout_s = handles, call_timeout_s
-        self.tokenizer = load_tokenizer(model_path)
-        self.prompt = generator_prompt(model_path, self.tokenizer)
-        #: the instruct LM's tokenizer (its chat template) when the `lm` tool is bound
-        self.lm_tokenizer = load_tokenizer(lm_path) if "lm" in handles and lm_path else None
-        self.lm_prompt = generator_prompt(lm_path, self.lm_tokenizer) if self.lm_tokenizer is not None else None
-        self.threads = ThreadPoolExecutor(concurrency, thread_name_prefix="decoder")
-
-    async def decode(self, method: str, request: MethodRequest, settings: MethodSettings, top_k: int) -> dict[str, Any]:
-        """`MethodResult.as_dict()` plus `timings` (ms) and `usage` (token counts)."""
-        return await asyncio.get_running_loop().run_in_executor(self.threads, self._decode, method, request,
-                                                                settings, top_k)
-
-    def _decode(self, method: str, request: MethodRequest, settings: MethodSettings, top_k: int) -> dict[str, Any]:
-        clocks = {name: CallClock(self.call_timeout_s) for name in self.handles}
-        tools = Tools(
-            engine=RemoteEngine(self.handles["engine"], self.tokenizer, self.prompt, clocks["engine"])
-            if "engine" in clocks else None,
-            retriever=RemoteSearcher(self.handles["retriever"], clocks["retriever"]) if "retriever" in clocks else None,
-            web=RemoteSearcher(self.handles["web"], clocks["web"]) if "web" in clocks else None,
-            evaluator=RemoteScorer(self.handles["evaluator"], clocks["evaluator"]) if "evaluator" in clocks else None,
-            lm=RemoteEngine(self.handles["lm"], self.lm_tokenizer, self.lm_prompt, clocks["lm"]) if "lm" in clocks else None,
-        )
-        start = time.perf_counter()
-        result = get_method(method)(tools).decode([request], settings, top_k)[0]
-        timings = {"decode_ms": (time.perf_counter() - start) * 1000}
-        for name, label in (("engine", "generation"), ("retriever", "retrieval"), ("web", "web_search"),
-                            ("evaluator", "evaluator"), ("lm", "lm_generation")):
-            if name in clocks:
-                timings[f"{label}_ms"] = clocks[name].seconds * 1000
-                timings[f"{label}_calls"] = clocks[name].calls
-        return {**result.as_dict(), "timings": {k: round(v, 2) for k, v in timings.items()},
-                "usage": self._usage(request, result)}
-
-    def _usage(self, request: MethodRequest, result: MethodResult) -> dict[str, int]:
-        """Prompt tokens, and the tokens the model wrote for the answer (retrieved passages excluded:
-        a Self-RAG trace lists what each segment wrote)."""
-        prompt = self.prompt(request.instruction, request.input)
-        written = [s["raw"] for s in result.trace.get("segments", [])] or [result.text]
-        count = self.tokenizer(written, add_special_tokens=False)["input_ids"]
-        return {"prompt_tokens": len(self.tokenizer(prompt)["input_ids"]),
-                "completion_tokens": sum(len(ids) for ids in count)}

@@ -177,7 +177,7 @@ def test_checkpoint_without_reflection_tokens_gets_them_and_resized_embeddings(p
         reflection_token_ids(raw)
     saved = load_file(plain_checkpoint / "model.safetensors")["model.embed_tokens.weight"]
 
-    with caplog.at_level(logging.WARNING, logger="raypipe.models.load"):
+    with caplog.at_level(logging.WARNING, logger="raypipe.models"):
         model, tokenizer = load_model(plain_checkpoint, device="cpu")
 
     assert len(tokenizer) == len(raw) + len(tokens.SPECIAL_TOKENS)
@@ -196,6 +196,22 @@ def test_checkpoint_without_reflection_tokens_gets_them_and_resized_embeddings(p
 def test_load_tokenizer_alone_adds_the_same_tokens(plain_checkpoint):
     tokenizer = load_tokenizer(plain_checkpoint)
     assert set(reflection_token_ids(tokenizer)) == set(tokens.SPECIAL_TOKENS)
+
+
+@pytest.mark.parametrize("folder", ["tiny_model_dir", "smollm2_dir"])
+def test_the_torch_free_tokenizer_load_is_what_autotokenizer_loads(folder, request):
+    """`load_tokenizer` reads a `tokenizers`-backend folder without AutoTokenizer (whose import pulls in
+    torch); it must give the tokenizer AutoTokenizer gives, on a real chat model as on the tiny one."""
+    path = request.getfixturevalue(folder)
+    ours = load_tokenizer(path)
+    auto = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    assert type(ours) is type(auto)
+    assert ours.get_vocab() == auto.get_vocab() and ours.all_special_tokens == auto.all_special_tokens
+    assert (ours.bos_token, ours.eos_token, ours.pad_token) == (auto.bos_token, auto.eos_token, auto.pad_token)
+    assert ours.chat_template == auto.chat_template
+    text = "Where was Ada born?" + _augmented_output()
+    assert ours(text)["input_ids"] == auto(text)["input_ids"]
+    assert ours(text, add_special_tokens=False)["input_ids"] == auto(text, add_special_tokens=False)["input_ids"]
 
 
 def test_missing_folder_is_a_model_error_naming_the_path(tmp_path):

@@ -279,16 +279,29 @@ def test_decoder_backend_maps_backpressure_and_deadline():
     assert hanging.cancelled
 
 
-def test_the_ingress_replica_imports_no_model_library():
-    """The ingress replica starts in seconds only if its module stays clear of torch and transformers;
-    a fresh interpreter shows what importing it pulls in."""
+#: what a replica's process does before its first request, by deployment
+_REPLICA_START = {
+    "ingress": "import raypipe.serving.ingress",
+    # the Decoder: its module, every method it may run, and its tokenizer
+    "decoder": ("import raypipe.serving.decoder; from raypipe.methods import REGISTRY, get_method; "
+                "[get_method(name) for name in REGISTRY]; from raypipe.models import load_tokenizer; "
+                "load_tokenizer({model!r})"),
+}
+
+
+@pytest.mark.parametrize("replica", sorted(_REPLICA_START))
+def test_replicas_without_a_model_import_no_model_library(replica, tiny_model_dir):
+    """The ingress and Decoder replicas (the Decoder autoscales with the load) start in seconds only if
+    they stay clear of torch (and the ingress of transformers too); a fresh interpreter shows what a
+    replica's start pulls in."""
     import subprocess
     import sys
 
-    probe = ("import sys, raypipe.serving.ingress; "
-             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    unwanted = ("torch", "transformers") if replica == "ingress" else ("torch",)
+    probe = (_REPLICA_START[replica].format(model=str(tiny_model_dir)) +
+             f"; import sys; print(sorted(m for m in {unwanted!r} if m in sys.modules))")
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
-    assert loaded.strip() == "[]"
+    assert loaded.strip().splitlines()[-1] == "[]"
 
 
 # --- bad input never answers 5xx (issue 18) ---------------------------------------------------------

@@ -7,8 +7,6 @@ import importlib.util
 import logging
 from pathlib import Path
 
-import torch
-
 from raypipe.config import EngineConfig
 from raypipe.errors import ConfigError
 from raypipe.inference.engines.base import Engine, Generation, GenerationParams, GroupProbs
@@ -23,6 +21,8 @@ def engine_kind(requested: str, device: str | None = None) -> str:
     importable, else hf."""
     if requested != "auto":
         return requested
+    import torch  # here, not at the top: the engine types are imported by processes that hold no model
+
     if device != "cpu" and torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None:
         return "vllm"
     if device is None and torch.cuda.is_available():
@@ -36,6 +36,8 @@ def make_engine(model_path: str | Path, cfg: EngineConfig, device: str | None = 
     kind = engine_kind(cfg.kind, device)
     logger.info("generation engine: %s on %s", kind, model_path)
     if kind == "vllm":
+        import torch
+
         if not torch.cuda.is_available():
             raise ConfigError("engine.kind=vllm needs a CUDA GPU; use engine.kind=hf or auto")
         from raypipe.inference.engines.vllm import VLLMEngine

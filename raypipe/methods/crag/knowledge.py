@@ -20,10 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raypipe.config import CorrectiveSettings, SegmentationConfig
-from raypipe.data.segment import Segmenter
 from raypipe.methods.base import Citation, MethodRequest, RelevanceScorer
 from raypipe.methods.crag.evaluator_data import as_document
 from raypipe.methods.crag.rewrite import Rewrite, Rewriter
@@ -31,6 +30,9 @@ from raypipe.methods.crag.strips import Strip, decompose, recompose, select
 from raypipe.methods.crag.trigger import Action, needs_external, needs_internal, trigger
 from raypipe.methods.crag.web import WebResult, search_web
 from raypipe.retrieval.types import Passage, Searcher
+
+if TYPE_CHECKING:
+    from raypipe.data.segment import Segmenter
 
 
 @dataclass
@@ -84,7 +86,13 @@ class Corrector:
     def __init__(self, evaluator: RelevanceScorer, web: Searcher | None, rewriter: Rewriter | None,
                  settings: CorrectiveSettings, segmenter: Segmenter | None = None):
         self.evaluator, self.web, self.rewriter, self.cfg = evaluator, web, rewriter, settings
-        self.segmenter = segmenter or Segmenter(SegmentationConfig())
+        if segmenter is None:
+            # imported here, not at the top: spaCy (through thinc, torch) would add seconds to the start
+            # of every Serve Decoder replica, which only CRAG-family requests need
+            from raypipe.data.segment import Segmenter
+
+            segmenter = Segmenter(SegmentationConfig())
+        self.segmenter = segmenter
 
     def run(self, requests: Sequence[MethodRequest], documents: Sequence[Sequence[Passage]]) -> list[Knowledge]:
         cfg = self.cfg
