@@ -36,6 +36,11 @@ WORKER_ENV = {
     "PYTHONWARNINGS": os.environ.get("PYTHONWARNINGS", "ignore::FutureWarning:torch.distributed.c10d_logger"),
 }
 
+#: only for a local instance started here, not a cluster: Ray Train's preemption watcher polls for nodes
+#: being drained (spot capacity reclaimed), which one machine never is, and it is one more worker
+#: process to start for every training stage
+LOCAL_INSTANCE_ENV = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}
+
 
 #: the watchdog of the local instance this process started; closing its stdin (at exit) is its signal
 _WATCHDOG: subprocess.Popen | None = None
@@ -108,7 +113,7 @@ def use_local_worker_env() -> None:
     needed. A runtime_env, even one of env_vars only, runs each new worker through Ray's setup step
     first (a second Python start): measured here, 12 actors started in 14-16 s without it and 20-21 s
     with it. A cluster joined by address still gets WORKER_ENV as the job's runtime_env."""
-    for key, value in WORKER_ENV.items():
+    for key, value in {**WORKER_ENV, **LOCAL_INSTANCE_ENV}.items():
         os.environ.setdefault(key, value)
 
 

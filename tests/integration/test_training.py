@@ -104,6 +104,7 @@ def test_critic_learns_and_exports_the_consolidated_weights(ray_cluster, tiny_mo
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
     from safetensors.torch import load_file
 
+    from raypipe.logs import ray_logs_dir
     from raypipe.models import load_model
     from raypipe.training.target_loss import strip_prefix
 
@@ -139,6 +140,12 @@ def test_critic_learns_and_exports_the_consolidated_weights(ray_cluster, tiny_mo
     assert _is_rel_mass(model, tokenizer, prompt) > 5 * _is_rel_mass(base_model, tokenizer, prompt)
     ids = tokenizer(prompt, return_tensors="pt")
     assert model.generate(**ids, max_new_tokens=2, do_sample=False).shape[1] == ids["input_ids"].shape[1] + 2
+
+    # on a local instance Ray Train starts no preemption watcher (raypipe.runtime.LOCAL_INSTANCE_ENV):
+    # the worker logs name each actor process, the controllers' included
+    actors = [p.read_text(errors="replace")[:200] for p in Path(ray_logs_dir()).glob("worker-*.out")]
+    assert any(":actor_name:TrainController" in head for head in actors)
+    assert not any(":actor_name:PreemptionWatcher" in head for head in actors)
 
 
 def _loss_token_count(tokenizer, rows: list[dict[str, str]], mask_paragraphs: bool) -> int:

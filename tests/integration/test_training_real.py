@@ -53,12 +53,13 @@ def _batch_loss(model_dir: Path, rows: list[dict[str, str]]) -> float:
 
 
 def test_zero3_steps_on_the_real_model_lower_the_loss_on_a_fixed_batch(ray_cluster, smollm2_dir, tmp_path):
-    rows = _rows(24)
+    rows = _rows(12)
     data = tmp_path / "d_gen"
     data.mkdir()
     pq.write_table(pa.Table.from_pylist(rows), data / "part-00000.parquet")
     out = tmp_path / "generator"
-    # 24 rows / 2 workers / micro-batch 2 = 6 optimizer steps in one epoch (one checkpoint: the final one)
+    # 12 rows / 2 workers / micro-batch 2 = 3 optimizer steps in one epoch (one checkpoint: the final one);
+    # a step of the 30-layer model takes ~9 s here
     tc = GeneratorTrainConfig(
         base_model=str(smollm2_dir), data=str(data), out_dir=str(out),
         stages=[TrainStage(name="main", lr=1e-4, mask=MASK, epochs=1)], num_workers=2, cpus_per_worker=0.5,
@@ -70,7 +71,7 @@ def test_zero3_steps_on_the_real_model_lower_the_loss_on_a_fixed_batch(ray_clust
     after = _batch_loss(out, rows)
 
     summary = stats["stage main"]
-    assert summary["steps"] == 6 and summary["truncated"] == 0 and summary["rejected"] == 0
+    assert summary["steps"] == 3 and summary["truncated"] == 0 and summary["rejected"] == 0
     assert after < 0.7 * before, (before, after)
     # ZeRO-3 really partitioned the 134.5M parameters: a rank holds well under a full fp32 copy's 16 B/param
     assert summary["model_state_mib_per_rank"] < 0.75 * 134.5e6 * 16 / 2**20
