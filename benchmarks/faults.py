@@ -124,8 +124,11 @@ def _serve_fault(model: Path, index: Any) -> dict[str, Any]:
                         methods=MethodsConfig(selfrag=SelfRAGSettings(beam_width=2, max_depth=2, max_new_tokens=8)))
     try:
         url = start_app(cfg)
-        return serve_replica_kill(url, {"Authorization": f"Bearer {token}"}, APP, own_processes, clients=4,
-                                  timeout_s=60)
+        rec = serve_replica_kill(url, {"Authorization": f"Bearer {token}"}, APP, own_processes, clients=4,
+                                 timeout_s=60)
+        rec["running_replicas_after"] = serve.status().applications[APP].deployments["Generator"].replica_states.get(
+            "RUNNING", 0)
+        return rec
     finally:
         serve.shutdown()
         ray.shutdown()

@@ -1,5 +1,5 @@
 """Fault scenarios, shared by the tests that assert on them (tests/integration/test_cluster_faults.py,
-test_serving.py, test_training.py) and benchmarks/faults.py, which records them.
+test_training.py, test_benchmarks_quick.py) and benchmarks/faults.py, which records them.
 
 The augmentation and training scenarios run the real job entry scripts (`jobs/*.py`) as drivers inside
 the head's namespace of a `NetnsCluster`; the serving scenario loads a running Serve app over HTTP.
@@ -440,7 +440,8 @@ def serve_replica_kill(url: str, headers: dict[str, str], app: str, processes: C
     the process of the deployment's replica. The load goes on until `after_recovery` requests sent after
     the recovery have been answered (or `max_requests` were sent, or `deadline_s` passed). `recovery_s`: from the kill to the
     first answer to a request sent after it, i.e. until a new replica served; `in_flight_at_kill`:
-    requests sent before the kill and answered after it."""
+    requests sent before the kill and answered after it; `replaced`: the deployment's replica processes
+    at the end are new ones (the victim's pid is not among them)."""
     import asyncio
 
     import httpx
@@ -487,6 +488,7 @@ def serve_replica_kill(url: str, headers: dict[str, str], app: str, processes: C
     if "at" not in kill:
         raise RuntimeError(f"{before_kill} answers never came: {sorted({r.error for r in replies})[:3]}")
     at, back = kill["at"], recovered_at()
+    replacements = replica_pids(processes(), app, deployment)
     failed = [r for r in replies if r.status != 200]
     in_flight = [r for r in replies if r.start < at < r.end]
     return record(f"serve: SIGKILL of the {deployment} replica process ({kill['replicas']} replica(s)) under "
@@ -497,4 +499,6 @@ def serve_replica_kill(url: str, headers: dict[str, str], app: str, processes: C
                   failed_sent_after_kill=sum(r.start > at for r in failed),
                   answered_after_recovery=len(ok_after(back)) if back else 0,
                   max_latency_s=round(max(r.end - r.start for r in replies), 2), timeout_s=timeout_s,
-                  victim_pid=kill["pid"], errors=sorted({r.error for r in failed})[:5])
+                  victim_pid=kill["pid"], replica_pids_after=replacements,
+                  replaced=bool(replacements) and kill["pid"] not in replacements,
+                  errors=sorted({r.error for r in failed})[:5])

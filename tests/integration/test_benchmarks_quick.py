@@ -72,3 +72,20 @@ def test_benchmark_quick_run_writes_its_result(name, quick_runs):
             assert math.isfinite(value), f"{name}.json: {key} = {value}"
     assert result["machine"]["cores"] >= 1
     assert proc.stdout.strip().splitlines()[-1], "a benchmark prints a one-line summary last"
+
+
+def test_quick_faults_run_replaced_the_killed_generator_and_failed_only_requests_in_flight(quick_runs):
+    """`faults.py --quick` is the serving fault: SIGKILL of the one Generator replica's process (every
+    request needs it) under a closed-loop load of 4 clients."""
+    proc, results = quick_runs["faults"]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rec = json.loads((results / "faults.json").read_text())["faults"][-1]
+    assert rec["fault"].startswith("serve: SIGKILL of the Generator replica"), rec
+    # only requests on their way at the kill may fail; none sent after it does, none hangs to its timeout
+    assert rec["client_errors"] == rec["failed_in_flight_at_kill"] <= rec["in_flight_at_kill"] <= 4, rec
+    assert rec["failed_sent_after_kill"] == 0, rec
+    assert rec["max_latency_s"] < rec["timeout_s"], rec
+    # Serve replaced the replica and service resumed: every request sent after the recovery was answered
+    assert rec["recovery_s"] is not None and rec["answered_after_recovery"] >= 8, rec
+    assert rec["replaced"] and rec["running_replicas_after"] == 1, rec
+

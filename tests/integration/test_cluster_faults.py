@@ -11,7 +11,8 @@ process is SIGKILLed once the first checkpoint is registered; Ray Train restarts
 (`max_failures=1`) and the run must end with the loss curve and the weights of an uninterrupted run
 (made on the session's own one-node Ray instance meanwhile).
 
-The serving fault (a Generator replica killed under load) is in test_serving.py, next to its app.
+The serving fault (a Generator replica killed under load) is benchmarks/faults.py's quick run, which
+test_benchmarks_quick.py makes and checks.
 One cluster serves the module: the node a fault took is replaced while the next scenario starts.
 
 Skipped with the reason when this machine cannot make namespaces (needs root and iproute2).
