@@ -128,12 +128,10 @@ def validate_gguf(path: Path) -> None:
 
 def validate_source(source: Source) -> str:
     """Check the source and return its sha256 (a folder's: over all its files)."""
-    from raypipe.models.folder import check_tokenizer_files
+    from raypipe.models.folder import check_tokenizer_files, model_folder
 
     if source.kind == "hf":
-        if not (source.path / "config.json").is_file():
-            raise ModelError(f"{source.path}: no config.json, so it is not a Hugging Face model folder")
-        check_tokenizer_files(source.path)
+        check_tokenizer_files(model_folder(source.path))
         return _folder_sha256(source.path)
     validate_gguf(source.path)
     digest = sha256_file(source.path)

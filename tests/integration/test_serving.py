@@ -1,5 +1,6 @@
 """The Serve app end to end over HTTP on 127.0.0.1: the tiny model as Generator, a real faiss index of
-world passages (MiniLM) as Retrieval, the Decoder autoscaled, bearer auth on.
+world passages (MiniLM) as Retrieval, the Decoder autoscaled, bearer auth on; `crag` is served beside
+`selfrag`, so the Evaluator, WebSearch and InstructLM deployments are bound too.
 
 One app serves the whole module (replica start-up is the slow part); the last test shuts it down and
 checks that no Serve actor is left. Auth off, and every validation rule, are covered without Ray in
@@ -10,6 +11,7 @@ fault, whose quick run every `make test` makes and checks (test_benchmarks_quick
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import sys
@@ -20,10 +22,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from raypipe.config import (
+    CRAGConfig,
+    CRAGSettings,
     EngineConfig,
+    EvaluatorConfig,
     MethodsConfig,
     RaypipeConfig,
     RetrievalConfig,
+    SearchBackendConfig,
     SelfRAGSettings,
     ServeConfig,
 )
@@ -49,8 +55,25 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def index_cfg(tmp_path_factory, world_dir) -> RetrievalConfig:
-    """A Flat index of one passage shard of the world, built with the pipeline's own embed + assemble."""
-    return flat_index(list_data_files(world_dir / "passages")[0], tmp_path_factory.mktemp("serve_index"))
+    """Flat indexes of one passage shard of the world and of its web corpus (CRAG's second source), built
+    with the pipeline's own embed + assemble."""
+    web = flat_index(list_data_files(world_dir / "web" / "passages")[0], tmp_path_factory.mktemp("web_index"))
+    wiki = flat_index(list_data_files(world_dir / "passages")[0], tmp_path_factory.mktemp("serve_index"))
+    return wiki.model_copy(update={"fallback": SearchBackendConfig(kind="local", index_dir=web.index.out_dir)})
+
+
+@pytest.fixture(scope="module")
+def evaluator_dir(tmp_path_factory) -> Path:
+    """An (untrained) cross-encoder exported as the training job exports one."""
+    from raypipe.methods.crag.evaluator import MANIFEST, load_cross_encoder
+    from raypipe.models import minilm_path
+
+    out = tmp_path_factory.mktemp("evaluator")
+    model, tokenizer = load_cross_encoder(minilm_path())
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    (out / MANIFEST).write_text(json.dumps({"kind": "crag-retrieval-evaluator", "output": "tanh"}))
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -60,14 +83,18 @@ def passage_ids(index_cfg) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def app_cfg(tiny_model_dir, index_cfg) -> RaypipeConfig:
+def app_cfg(tiny_model_dir, index_cfg, evaluator_dir) -> RaypipeConfig:
+    # generator_cpus 0.25 (Generator and InstructLM): 3 Decoders, both LMs and the rest fit the session's 2 CPUs
     serve = ServeConfig(port=_free_port(), app_name=APP, generator=str(tiny_model_dir), auth_token_env=TOKEN_ENV,
-                        min_replicas=2, max_replicas=3, target_ongoing_requests=1.0, max_ongoing_requests=2,
+                        methods=["selfrag", "crag"], generator_cpus=0.25, min_replicas=2, max_replicas=3,
+                        target_ongoing_requests=1.0, max_ongoing_requests=2,
                         max_queued_requests=8, max_top_k=3, max_beam_width=2, max_depth_limit=2,
                         max_tokens_limit=16, max_prompt_chars=300, max_body_bytes=4096)
     selfrag = SelfRAGSettings(beam_width=2, max_depth=2, max_new_tokens=8)
-    return RaypipeConfig(serve=serve, engine=EngineConfig(kind="hf"), methods=MethodsConfig(selfrag=selfrag),
-                         retrieval=index_cfg)
+    crag = CRAGSettings(max_new_tokens=8, upper=0.0, lower=-0.2)
+    return RaypipeConfig(serve=serve, engine=EngineConfig(kind="hf"), methods=MethodsConfig(selfrag=selfrag, crag=crag),
+                         retrieval=index_cfg,
+                         crag=CRAGConfig(lm=str(tiny_model_dir), evaluator=EvaluatorConfig(path=str(evaluator_dir))))
 
 
 @pytest.fixture(scope="module")
@@ -199,6 +226,29 @@ def test_openai_client_round_trip(url, app_cfg):
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=f"{url}/v1", api_key="wrong", max_retries=0).chat.completions.create(
             model="selfrag", messages=[{"role": "user", "content": "q"}])
+
+
+def test_served_crag_request_through_the_openai_client(url):
+    """`crag` binds its own deployments, and the trace shows the action, every document's score, the kept
+    strips and the web search."""
+    from openai import OpenAI
+
+    from raypipe.serving.app import replica_counts
+
+    assert {"Evaluator", "WebSearch", "InstructLM", "Generator", "Retrieval"} <= set(replica_counts(APP))
+    client = OpenAI(base_url=f"{url}/v1", api_key=TOKEN, timeout=300, max_retries=0)
+    response = client.chat.completions.create(
+        model="selfrag", messages=[{"role": "user", "content": "Where was the painter born?"}], max_tokens=8,
+        extra_body={"method": "crag", "crag": {"strip_top_k": 2, "top_k": 3}})
+    assert isinstance(response.choices[0].message.content, str)
+    extras = response.model_extra["crag"]
+    trace = extras["trace"]["crag"]
+    assert trace["action"] in ("correct", "incorrect", "ambiguous")
+    assert len(trace["documents"]) == 3 and all(-1.0 <= d["score"] <= 1.0 for d in trace["documents"])
+    assert len(trace["internal_strips"]) <= 2
+    if trace["action"] != "correct":
+        assert trace["web_query"] and trace["web"]["error"] is None
+    assert extras["timings"]["evaluator_calls"] >= 1 and extras["timings"]["retrieval_calls"] == 1
 
 
 def test_concurrent_requests_share_engine_calls(url):
