@@ -143,14 +143,23 @@ def validate_source(source: Source) -> str:
 
 @contextmanager
 def _quiet_transformers():
-    """No per-tensor progress bars from the GGUF loader: the import is one line in a job's log."""
+    """No progress bars from transformers' loaders: the import is one line in a job's log.
+
+    The GGUF loader's tensor bar is a bare tqdm that transformers' progress-bar switch does not reach
+    (and tqdm reads its TQDM_DISABLE variable once, at import), so for the duration it gets a disabled
+    tqdm in its module; no public setting exists for it."""
+    from functools import partial
+
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
     from transformers.utils import logging as hf_logging
 
-    enabled = hf_logging.is_progress_bar_enabled()
+    enabled, gguf_tqdm = hf_logging.is_progress_bar_enabled(), gguf_utils.tqdm
     hf_logging.disable_progress_bar()
+    gguf_utils.tqdm = partial(gguf_tqdm, disable=True)
     try:
         yield
     finally:
+        gguf_utils.tqdm = gguf_tqdm
         if enabled:
             hf_logging.enable_progress_bar()
 
