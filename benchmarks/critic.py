@@ -11,6 +11,11 @@ state a long labeling job sees; the wall-clock ratio including start-up is repor
 
     python benchmarks/critic.py            # full run
     python benchmarks/critic.py --quick    # < 1 min
+    python benchmarks/critic.py --quick --model runs/demo/models/smollm2   # another critic's cost
+
+`--model` measures a model folder (one with the reflection tokens, e.g. `raypipe models import`'s
+SmolLM2) on the same prompts in place of the tiny critic: what a larger critic would cost the
+augmentation, which asks the critic several times per instance.
 """
 
 from __future__ import annotations
@@ -129,7 +134,13 @@ def ray_throughput(model_dir: Path, rows: list[dict], actors: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes, finishes in under a minute")
+    parser.add_argument("--model", type=Path, help="a critic model folder to measure instead of the untrained "
+                        "tiny critic (it must hold the reflection tokens), e.g. runs/demo/models/smollm2")
     args = parser.parse_args()
+    if args.model:
+        from raypipe.models.folder import model_folder
+
+        model_folder(args.model)  # a wrong path fails here, before the inputs are built
     logging.basicConfig(level=logging.WARNING)
     size = SIZES["quick" if args.quick else "full"]
 
@@ -137,7 +148,8 @@ def main() -> None:
     from raypipe.runtime import ensure_ray
 
     with tempfile.TemporaryDirectory(prefix="bench_critic_") as tmp:
-        model_dir, rows = build_inputs(Path(tmp), size["instances"], size["per_aspect"])
+        tiny_dir, rows = build_inputs(Path(tmp), size["instances"], size["per_aspect"])
+        model_dir = args.model.resolve() if args.model else tiny_dir
         local = batched_vs_single(model_dir, rows, size["single"])
         ray_rows = [{**r, "id": f"{r['id']}#{k}"} for k in range(-(-size["ray_rows"] // len(rows)))
                     for r in rows][: size["ray_rows"]]
@@ -151,7 +163,8 @@ def main() -> None:
 
     payload = {
         "quick": args.quick,
-        "model": "tiny Llama (raypipe.config.TinyModelConfig defaults), untrained",
+        "model": str(args.model) if args.model else "tiny Llama (raypipe.config.TinyModelConfig defaults), untrained",
+        "mean_prompt_chars": round(sum(len(r["prompt"]) for r in rows) / len(rows), 1),
         **local,
         "ray_1_actor": one,
         "ray_2_actors": two,
