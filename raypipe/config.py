@@ -603,6 +603,12 @@ class SelfCRAGSettings(SelfRAGSettings, CorrectiveSettings):
     """Self-CRAG (CRAG App. B.3): Self-RAG decoding whose retrieved items are CRAG's processed
     knowledge (internal for Correct, external for Incorrect, both for Ambiguous)."""
 
+    #: how the knowledge reaches Self-RAG's beam. App. B.3 says only that the retrieved items are
+    #: replaced by it. "joined": one passage, k = internal + external (Algorithm 1, line 12);
+    #: "per_source" (ours): one passage per source document or web page, its kept strips in order under
+    #: its title, the form Self-RAG's generator was trained to read and critique one at a time
+    knowledge_passages: Literal["joined", "per_source"] = "joined"
+
 
 class DocumentNoise(Section):
     """Self-Reasoning's Figure 3 retrieval-robustness settings, read by

@@ -327,25 +327,34 @@ class RecordingEngine(Engine):
         return self.engine.next_token_probs(prompts, tokens)
 
 
-def test_selfcrag_reads_crag_knowledge_instead_of_the_retrieved_passages(tiny_model_dir):
+@pytest.mark.parametrize("knowledge_passages", ["joined", "per_source"])
+def test_selfcrag_reads_crag_knowledge_instead_of_the_retrieved_passages(tiny_model_dir, knowledge_passages):
     from raypipe.inference.engines.hf import HFEngine
     from raypipe.methods.crag.selfcrag import SelfCRAG
 
     t, evaluator, web, lm, _ = tools()
     engine = RecordingEngine(HFEngine(tiny_model_dir, batch_size=8, device="cpu"))
     t.engine = engine
-    settings = SelfCRAGSettings(mode="always", max_depth=2, max_new_tokens=6, beam_width=1)
+    settings = SelfCRAGSettings(mode="always", max_depth=2, max_new_tokens=6, beam_width=1,
+                                knowledge_passages=knowledge_passages)
     results = SelfCRAG(t).decode(requests(), settings, top_k=5)
     # one corrective pass for the batch: documents, then strips + web paragraphs; one web call
     assert len(evaluator.calls) == 2 and len(web.calls) == 1
     paragraphs = [p for p in engine.prompts if "<paragraph>" in p]
     assert any("Ada was born in Orr. Ada worked at the Mill.</paragraph>" in p for p in paragraphs)
-    assert any("Eve was born in Orr.\nEve worked at the Dock.</paragraph>" in p for p in paragraphs)
     assert not any("Bob swam." in p for p in paragraphs)  # the discarded documents are never read
     actions = [r.trace["crag"]["action"] for r in results]
     assert actions == ["correct", "incorrect", "ambiguous"]
-    # K = 5 documents, but Self-CRAG reads one passage (the processed knowledge) per retrieval
-    assert all(len({s["citation"]["passage_id"] for s in r.trace["segments"] if s["citation"]}) <= 1 for r in results)
+    cited = [{s["citation"]["passage_id"] for s in r.trace["segments"] if s["citation"]} for r in results]
+    if knowledge_passages == "joined":
+        # K = 5 documents, but Self-CRAG reads one passage (the processed knowledge) per retrieval
+        assert any("Eve was born in Orr.\nEve worked at the Dock.</paragraph>" in p for p in paragraphs)
+        assert all(len(c) <= 1 for c in cited)
+    else:
+        # Eve's internal document and web page are two passages, each a candidate of the beam
+        assert any("Eve\nEve was born in Orr.</paragraph>" in p for p in paragraphs)
+        assert any("Eve\nEve worked at the Dock.</paragraph>" in p for p in paragraphs)
+        assert cited[2] <= {"p5", "w2"} and cited[2]
 
 
 def test_selfcrag_duplicate_requests_share_one_correction_and_both_show_it():
@@ -363,3 +372,25 @@ def test_selfcrag_duplicate_requests_share_one_correction_and_both_show_it():
     assert searcher.knowledge_of(2) is searcher.knowledge_of(0) is not None
     assert searcher.knowledge_of(2).action.value == "correct"
     assert searcher.knowledge_of(1).action.value == "incorrect"
+
+
+def test_selfcrag_per_source_reads_each_sources_kept_strips_as_its_own_titled_passage():
+    from raypipe.methods.crag.selfcrag import KnowledgeSearcher
+
+    t, *_ = tools()
+    corrector = Corrector(t.evaluator, t.web, LMRewriter(t.lm), CRAGSettings())
+    joined, per_source = (KnowledgeSearcher(requests(), t.retriever, corrector, top_k=5, per_source=flag)
+                          for flag in (False, True))
+    queries = [r.instruction for r in requests()]
+    one, each = joined.search(queries, 5), per_source.search(queries, 5)
+    # Correct: Ada's document under its title; Bob's strip filtered out
+    assert [(p.id, p.title, p.text) for p in each[0]] == [("p1", "Ada", "Ada was born in Orr. Ada worked at the Mill.")]
+    # Incorrect: one passage per web page, the preferred (wikipedia) page first, as the trace orders them
+    assert [(p.id, p.title) for p in each[1]] == [("https://en.wikipedia.org/Cy", "Cy"), ("w1", "Cy")]
+    # Ambiguous: the internal document, then the web page, each whole and titled
+    assert [(p.id, p.title, p.text) for p in each[2]] == [("p5", "Eve", "Eve was born in Orr."),
+                                                           ("w2", "Eve", "Eve worked at the Dock.")]
+    # the same knowledge either way: the joined passage is the per-source texts, one strip per line
+    assert [len(found) for found in one] == [1, 1, 1]
+    assert one[2][0].text == "Eve was born in Orr.\nEve worked at the Dock." and one[2][0].title == "Eve"
+    assert one[1][0].text.split("\n") == [p.text for p in each[1]]

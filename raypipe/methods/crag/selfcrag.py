@@ -7,9 +7,11 @@ reads (IsRel, IsSup, IsUse); only what a retrieval returns changes. The first ti
 retrieve for a request, the request's documents are retrieved with x and corrected (knowledge.py),
 batched over every request asking at that step; later retrievals of the request read the same
 knowledge (CRAG corrects the retrieval of x; Self-RAG's released short-form decoding, too, reads
-passages retrieved once for x). The knowledge is one passage: k = internal + external (Algorithm 1,
-line 12; Table 6: Self-CRAG reads fewer passages than Self-RAG's K). No knowledge at all (Incorrect
-with web search off, every strip filtered) means Self-RAG continues without a passage.
+passages retrieved once for x). By default the knowledge is one passage: k = internal + external
+(Algorithm 1, line 12; Table 6: Self-CRAG reads fewer passages than Self-RAG's K); with
+`knowledge_passages: per_source` each source's kept strips are a passage of their own, under its
+title. No knowledge at all (Incorrect with web search off, every strip filtered) means Self-RAG
+continues without a passage.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from raypipe.inference.engines.base import Engine, GroupTable
 from raypipe.methods.base import Method, MethodRequest, MethodResult, ToolName, Tools, Variant
 from raypipe.methods.crag.knowledge import Corrector, Knowledge
 from raypipe.methods.crag.methods import ablation_variants, corrective_tools, make_corrector
+from raypipe.methods.crag.strips import Strip
 from raypipe.methods.selfrag.search import _Decoding
 from raypipe.retrieval.types import Hit, Passage, Searcher, query_owner
 
@@ -30,8 +33,10 @@ class KnowledgeSearcher:
     retrieval text (Self-RAG queries with x, then x + the previous segment); requests not yet seen are
     retrieved and corrected together, in one retriever call and one corrective pass."""
 
-    def __init__(self, requests: Sequence[MethodRequest], retriever: Searcher, corrector: Corrector, top_k: int):
+    def __init__(self, requests: Sequence[MethodRequest], retriever: Searcher, corrector: Corrector, top_k: int,
+                 per_source: bool = False):
         self.requests, self.retriever, self.corrector, self.top_k = list(requests), retriever, corrector, top_k
+        self.per_source = per_source
         self.texts = [r.retrieval_text() for r in self.requests]
         self.knowledge: dict[int, Knowledge] = {}
 
@@ -55,14 +60,24 @@ class KnowledgeSearcher:
         recorded under the first of them."""
         return self.knowledge.get(self._request_of(self.texts[i]))
 
-    @staticmethod
-    def _passages(knowledge: Knowledge) -> list[Passage]:
+    def _passages(self, knowledge: Knowledge) -> list[Passage]:
+        if self.per_source:
+            return self._passage_per_source(knowledge)
         if not knowledge.text:
             return []
         cited = knowledge.citations()
         title = cited[0].title if len({c.title for c in cited}) == 1 else ""
         pid = ",".join(c.passage_id for c in cited) or f"crag:{knowledge.action.value}"
         return [Hit(pid, title, knowledge.text, 1.0)]
+
+    @staticmethod
+    def _passage_per_source(knowledge: Knowledge) -> list[Passage]:
+        """Internal sources first, then web pages, each in its original order; its strips are
+        consecutive pieces of one text, so they are joined as sentences."""
+        strips: dict[str, list[Strip]] = {}
+        for strip, _ in knowledge.internal + knowledge.external:
+            strips.setdefault(strip.passage_id, []).append(strip)
+        return [Hit(pid, kept[0].title, " ".join(s.text for s in kept), 1.0) for pid, kept in strips.items()]
 
 
 class SelfCRAG(Method[SelfCRAGSettings]):
@@ -85,7 +100,8 @@ class SelfCRAG(Method[SelfCRAGSettings]):
         searcher = None
         if settings.mode != "never":
             searcher = KnowledgeSearcher(requests, self.tools.get("retriever", self.name),
-                                         make_corrector(self.tools, settings, self.name), top_k)
+                                         make_corrector(self.tools, settings, self.name), top_k,
+                                         per_source=settings.knowledge_passages == "per_source")
         results = _Decoding(self.engine, searcher, self.groups, settings, top_k).run(requests)
         if searcher is not None:
             for i, result in enumerate(results):
