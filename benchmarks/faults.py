@@ -13,7 +13,10 @@ field does not apply), plus the details of each scenario.
 - augment, the driver SIGKILLed after the first shard, then the same command rerun
 - train generator (ZeRO-3, 2 workers on 2 nodes), one Ray Train worker process SIGKILLed once the first
   checkpoint is registered; Ray Train restarts the group from it (`max_failures=1`)
-- serve, the Generator replica process SIGKILLed under a closed-loop load of 4 clients
+- serve across the cluster (`raypipe serve` as the driver in the head's namespace, every deployment
+  twice on different nodes): the worker node hosting a Generator replica SIGKILLed whole under a
+  closed-loop load of 4 clients; `restored_s` is the time until Serve runs both replicas again
+- serve on one local Ray instance: the Generator replica process SIGKILLed under the same load
 
 `recovery_s`: for augment and training, the time from the fault to the end of the job (a killed
 driver's rerun included), less the same job's uninterrupted run, on the same cluster in the same run,
@@ -25,7 +28,7 @@ with Ray's defaults a dead node takes about 30 s longer to be declared dead, and
 can stall a job for minutes (a worker-lease request sent to it is retried, not failed).
 
     python benchmarks/faults.py            # every fault above, 12 shards x 10 instances
-    python benchmarks/faults.py --quick    # the serving fault only (the cluster faults are
+    python benchmarks/faults.py --quick    # the one-node serving fault only (the cluster faults are
                                            # tests/integration/test_cluster_faults.py, same helpers)
 """
 
@@ -78,6 +81,7 @@ def _cluster_faults(work: Path, world: Path, model: Path, index: Any, shards: in
         augment_with_node_fault,
         max_weight_difference,
         on_head,
+        serve_node_kill,
         train_clean,
         train_worker_kill,
         write_generator_rows,
@@ -100,6 +104,8 @@ def _cluster_faults(work: Path, world: Path, model: Path, index: Any, shards: in
         killed = train_worker_kill(cluster, model, data, work / "train_kill", work, clean)
         killed["max_weight_diff_vs_uninterrupted"] = max_weight_difference(work / "train_ref", work / "train_kill")
         faults.append(killed)
+        cluster.wait_nodes()
+        faults.append(serve_node_kill(cluster, model, index, work))
     return faults
 
 
@@ -148,8 +154,8 @@ def main() -> None:
 
     shards, rows = 12, 10
     payload: dict[str, Any] = {
-        "quick": args.quick, "nodes": "head + 2 workers of 1 CPU, one network namespace each (augment, train); "
-        "one local Ray instance (serve)", "failure_detection": FAST_FAILURE_DETECTION,
+        "quick": args.quick, "nodes": "head + 2 workers of 1 CPU, one network namespace each (augment, train, "
+        "serve across nodes); one local Ray instance (serve, replica process)", "failure_detection": FAST_FAILURE_DETECTION,
         "small_nodes": SMALL_NODES,
         "faults": []}
     faults = payload["faults"]

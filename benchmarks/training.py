@@ -7,7 +7,13 @@
    stage 0) at 2 workers; DDP is the baseline. ZeRO-3 runs with the persistence threshold at 0 so the
    tiny model's small matrices are partitioned as a large model's would be. With Adam in fp32, DDP
    holds 16 bytes/param (weights, grads, 2 moments); ZeRO-3 on N ranks holds (4 + 4 + 4 + 8) / N
-   (working weights, fp32 master copy, grads, moments): 20/32 = 0.625 at N = 2; in bf16 about 1/N.
+   (working weights, fp32 master copy, grads, moments): 20/32 = 0.625 at N = 2. In bf16 ZeRO-3 holds
+   (2 + 2 + 4 + 8) / N against 12 for DeepSpeed's stage 0, which keeps no fp32 master copy: 16/(12 N),
+   0.667 at N = 2 (exactly 1/N against a mixed-precision baseline that keeps one).
+
+Every run also records the CPU's GEMM rate in fp32 and bf16 (`gemm_gflops`): a CPU whose torch build
+reports no AVX512-BF16 or AMX capability (`cpu_capability`) has no bf16 matrix kernels, so bf16 training
+is several times slower than fp32 there and CPU runs train in fp32.
 
 All three runs train the same tiny model on the same encoded critic-style data (encoded once).
 Throughput counts every optimizer step but the first (warm-up).
@@ -117,6 +123,32 @@ def run_once(name: str, work: Path, model_dir: Path, data_dir: Path, encoded, si
             "model_state_bytes_rank0": state, "final_loss": stats["final_loss"], "seconds": stats["seconds"]}
 
 
+def gemm_gflops(reps: int = 20) -> dict:
+    """GFLOP/s of one thread on an nn.Linear-shaped product (256 tokens x 576 -> 1536, SmolLM2's MLP) in
+    fp32 and bf16, and the CPU capability torch dispatches to: why bf16 trains slower on a CPU without
+    bf16 matrix instructions."""
+    import time
+
+    import torch
+    import torch.nn.functional as F
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    rates = {}
+    try:
+        for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+            x, w = torch.randn(256, 576, dtype=dtype), torch.randn(1536, 576, dtype=dtype)
+            F.linear(x, w)
+            start = time.perf_counter()
+            for _ in range(reps):
+                F.linear(x, w)
+            rates[name] = round(2 * 256 * 576 * 1536 * reps / (time.perf_counter() - start) / 1e9, 1)
+    finally:
+        torch.set_num_threads(threads)
+    return {"cpu_capability": torch.backends.cpu.get_cpu_capability(), **rates,
+            "fp32_vs_bf16_ratio": round(rates["fp32"] / rates["bf16"], 1)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small model and few steps")
@@ -167,7 +199,7 @@ def main() -> None:
         "model_state_mib_per_rank_ddp": ddp["model_state_mib_per_rank"],
         "zero3_vs_ddp_model_state_ratio": round(ratio, 3),
         "zero3_vs_ddp_ratio_by_part": by_part,
-        "runs": runs, "seconds": round(total.seconds, 1),
+        "runs": runs, "gemm_gflops": gemm_gflops(), "seconds": round(total.seconds, 1),
     }
     throughput = ""
     if "zero3_1_worker" in runs:

@@ -864,6 +864,11 @@ class ServeConfig(Section):
     ingress_replicas: int = Field(1, ge=1)
     generator_replicas: int = Field(1, ge=1)
     retrieval_replicas: int = Field(1, ge=1)
+    #: replicas of one deployment a node may hold (Serve's max_replicas_per_node; None: no limit).
+    #: 1 puts each deployment's replicas on different nodes, so that a node's death takes at most one
+    #: replica of each and the others keep serving while Serve replaces it (it caps the autoscaled
+    #: Decoder too: max_replicas Decoders then need as many nodes)
+    max_replicas_per_node: int | None = Field(None, ge=1)
     ingress_cpus: float = Field(0.1, gt=0)
     decoder_cpus: float = Field(0.2, gt=0)
     generator_cpus: float = Field(0.5, gt=0)

@@ -25,9 +25,10 @@ from typing import Any
 import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cluster_nodes import ROOT, SMALL_NODES, NetnsCluster, base_env  # noqa: E402
+from cluster_nodes import BIN, ROOT, SMALL_NODES, NetnsCluster, base_env, kill_all  # noqa: E402
 
 from raypipe.config import RetrievalConfig  # noqa: E402
 
@@ -431,17 +432,28 @@ def replica_pids(processes: dict[int, str], app: str, deployment: str) -> list[i
     return sorted(pid for pid, title in processes.items() if f"ServeReplica:{app}:{deployment}" in title)
 
 
+#: kills one of a deployment's replicas, given their pids: returns the victim's pid and what was killed
+ReplicaKill = Callable[[list[int]], tuple[int, str]]
+
+
+def kill_replica_process(victims: list[int]) -> tuple[int, str]:
+    kill_tree(victims[0])
+    return victims[0], "a replica's process"
+
+
 def serve_replica_kill(url: str, headers: dict[str, str], app: str, processes: Callable[[], dict[int, str]],
                        deployment: str = "Generator", clients: int = 4, before_kill: int = 6,
                        after_recovery: int = 8, timeout_s: float = 60.0, max_requests: int = 200,
-                       deadline_s: float = 300.0, body: dict[str, Any] | None = None) -> dict[str, Any]:
+                       deadline_s: float = 300.0, body: dict[str, Any] | None = None,
+                       kill_one: ReplicaKill = kill_replica_process) -> dict[str, Any]:
     """Closed-loop load from `clients` clients (each sends its next request when the last is answered,
     every request with a `timeout_s` client timeout); once `before_kill` requests have succeeded, SIGKILL
-    the process of the deployment's replica. The load goes on until `after_recovery` requests sent after
-    the recovery have been answered (or `max_requests` were sent, or `deadline_s` passed). `recovery_s`: from the kill to the
-    first answer to a request sent after it, i.e. until a new replica served; `in_flight_at_kill`:
-    requests sent before the kill and answered after it; `replaced`: the deployment's replica processes
-    at the end are new ones (the victim's pid is not among them)."""
+    one of the deployment's replicas (`kill_one`: its process by default, or the node that hosts it). The
+    load goes on until `after_recovery` requests sent after the recovery have been answered (or
+    `max_requests` were sent, or `deadline_s` passed). `recovery_s`: from the kill to the first answer
+    to a request sent after it, i.e. until a replica served again; `in_flight_at_kill`: requests sent
+    before the kill and answered after it; `replaced`: the deployment's replica processes at the end
+    are new ones or survivors (the victim's pid is not among them)."""
     import asyncio
 
     import httpx
@@ -476,8 +488,9 @@ def serve_replica_kill(url: str, headers: dict[str, str], app: str, processes: C
                 victims = replica_pids(processes(), app, deployment)
                 if not victims:
                     raise RuntimeError(f"no {deployment} replica process of app {app!r} found")
-                kill.update(at=time.time(), pid=victims[0], replicas=len(victims))
-                kill_tree(victims[0])
+                at = time.time()
+                pid, what = kill_one(victims)
+                kill.update(at=at, pid=pid, what=what, replicas=len(victims))
 
     async def run() -> None:
         limits = httpx.Limits(max_connections=clients + 2)
@@ -491,7 +504,7 @@ def serve_replica_kill(url: str, headers: dict[str, str], app: str, processes: C
     replacements = replica_pids(processes(), app, deployment)
     failed = [r for r in replies if r.status != 200]
     in_flight = [r for r in replies if r.start < at < r.end]
-    return record(f"serve: SIGKILL of the {deployment} replica process ({kill['replicas']} replica(s)) under "
+    return record(f"serve: SIGKILL of {kill['what']} ({kill['replicas']} {deployment} replica(s) running) under "
                   f"a closed-loop load of {clients} clients, after {before_kill} answers",
                   recovery_s=round(back - at, 2) if back else None, client_errors=len(failed),
                   in_flight_at_kill=len(in_flight), requests=len(replies),
@@ -499,6 +512,134 @@ def serve_replica_kill(url: str, headers: dict[str, str], app: str, processes: C
                   failed_sent_after_kill=sum(r.start > at for r in failed),
                   answered_after_recovery=len(ok_after(back)) if back else 0,
                   max_latency_s=round(max(r.end - r.start for r in replies), 2), timeout_s=timeout_s,
-                  victim_pid=kill["pid"], replica_pids_after=replacements,
+                  victim_pid=kill["pid"], killed_at=at, replicas=kill["replicas"], replica_pids_after=replacements,
                   replaced=bool(replacements) and kill["pid"] not in replacements,
                   errors=sorted({r.error for r in failed})[:5])
+
+
+# --- serving on the cluster ------------------------------------------------------------------------
+
+NODE_FAULT_APP = "faults_node"
+NODE_FAULT_PORT = 8000  # the head's namespace is the cluster's own: nothing else listens there
+NODE_FAULT_TOKEN_ENV = "RAYPIPE_FAULTS_NODE_TOKEN"
+#: every deployment with two replicas on different nodes, in CPU shares small enough that the two
+#: nodes left after a worker's death hold them all
+NODE_FAULT_REPLICAS = 2
+
+
+def namespace_processes(namespaces: dict[int, str]) -> dict[int, str]:
+    """pid -> "[node i] title" of every process in these network namespaces (`ip netns pids`): the
+    cluster's processes as a client inside its network sees them, without the `NetnsCluster` object."""
+    titles = {}
+    for i, ns in namespaces.items():
+        out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout
+        for pid in map(int, out.split()):
+            try:
+                p = psutil.Process(pid)
+                titles[pid] = f"[node {i}] " + (" ".join(p.cmdline()) or p.name())
+            except psutil.Error:
+                continue
+    return titles
+
+
+def kill_hosting_worker(namespaces: dict[int, str], killed: dict[str, Any]) -> ReplicaKill:
+    """A `ReplicaKill` that SIGKILLs every process of the worker node (index > 0) hosting one of the
+    replicas, as a machine dies; the node's index goes into `killed["node"]`."""
+    def kill_one(victims: list[int]) -> tuple[int, str]:
+        for i, ns in sorted(namespaces.items()):
+            if i == 0:
+                continue
+            pids = [int(p) for p in subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
+                                                      text=True).stdout.split()]
+            hosted = [v for v in victims if v in pids]
+            if hosted:
+                kill_all(pids, signal.SIGKILL)
+                killed["node"] = i
+                return hosted[0], f"worker node {i} (every process), which hosted a replica"
+        raise RuntimeError(f"no worker node hosts one of the replicas {victims}: the fault would hit nothing")
+    return kill_one
+
+
+def serve_node_kill_client(url: str, token: str, namespaces: dict[int, str], restore_timeout_s: float = 180) -> dict:
+    """The client side of `serve_node_kill`, run inside the head's namespace: wait until every
+    Generator replica runs, load the app, SIGKILL a worker node hosting one, and wait until Serve has
+    the replicas it should again (`restored_s`: from the kill)."""
+    import httpx
+
+    def generators() -> list[int]:
+        return replica_pids(namespace_processes(namespaces), NODE_FAULT_APP, "Generator")
+
+    wait_for(lambda: len(generators()) == NODE_FAULT_REPLICAS, restore_timeout_s, "the Generator replicas")
+    wait_for(lambda: _healthy(httpx, url), restore_timeout_s, "a healthy app")
+    killed: dict[str, Any] = {}
+    rec = serve_replica_kill(url, {"Authorization": f"Bearer {token}"}, NODE_FAULT_APP,
+                             lambda: namespace_processes(namespaces), kill_one=kill_hosting_worker(namespaces, killed),
+                             timeout_s=60)
+    victim = rec["victim_pid"]
+    back = wait_for(lambda: (pids := generators()) and len(pids) == NODE_FAULT_REPLICAS and victim not in pids
+                    and pids, restore_timeout_s, "the Generator replicas back to their number")
+    titles = namespace_processes(namespaces)
+    rec.update(victim_node=killed["node"], replica_pids_after=back, replaced=True,
+               replica_nodes_after=sorted(titles[p].split("]")[0] + "]" for p in back),
+               restored_s=round(time.time() - rec["killed_at"], 2))
+    return rec
+
+
+def _healthy(httpx: Any, url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/healthz", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def serve_node_kill(cluster: NetnsCluster, model: Path, retrieval: RetrievalConfig, work: Path) -> dict[str, Any]:
+    """Serving across the cluster's nodes with one worker node killed under load: `raypipe serve` (the
+    user's command) as the driver in the head's namespace, every deployment twice, on different nodes
+    (`serve.max_replicas_per_node: 1`); a closed-loop client there too (the cluster's addresses are
+    reachable only inside its network). The dead node is started again afterwards (in the background)
+    for a next scenario."""
+    import secrets
+
+    from raypipe.config import EngineConfig, MethodsConfig, RaypipeConfig, SelfRAGSettings, ServeConfig
+
+    n = NODE_FAULT_REPLICAS
+    cfg = RaypipeConfig(
+        serve=ServeConfig(host="0.0.0.0", port=NODE_FAULT_PORT, app_name=NODE_FAULT_APP, generator=str(model),
+                          auth_token_env=NODE_FAULT_TOKEN_ENV, min_replicas=n, max_replicas=n, ingress_replicas=n,
+                          generator_replicas=n, retrieval_replicas=n, max_replicas_per_node=1, max_ongoing_requests=2,
+                          ingress_cpus=0.05, decoder_cpus=0.05, generator_cpus=0.2, retrieval_cpus=0.1),
+        engine=EngineConfig(kind="hf"), retrieval=retrieval,
+        methods=MethodsConfig(selfrag=SelfRAGSettings(beam_width=2, max_depth=2, max_new_tokens=8)))
+    config = work / "serve_node_fault.yaml"
+    config.write_text(yaml.safe_dump(cfg.model_dump(mode="json", exclude_unset=True)))
+    token = secrets.token_hex(8)
+    server_log, client_log, out = work / "serve_node_fault.server.log", work / "serve_node_fault.client.log", \
+        work / "serve_node_fault.json"
+    server = cluster.popen(0, [str(BIN / "raypipe"), "serve", "-c", str(config)], server_log,
+                           **{NODE_FAULT_TOKEN_ENV: token})
+    namespaces = {i: cluster.ns(i) for i in cluster.nodes}
+    try:
+        client = cluster.popen(0, [PY, __file__, "serve-node-kill", f"http://{cluster.ip(0)}:{NODE_FAULT_PORT}",
+                                   json.dumps(namespaces), str(out)], client_log, **{NODE_FAULT_TOKEN_ENV: token})
+        try:
+            finish(client, client_log)
+        except RuntimeError as exc:
+            raise RuntimeError(f"{exc}\n--- server log ---\n{server_log.read_text(errors='replace')[-4000:]}") from None
+        rec = json.loads(out.read_text())
+    finally:
+        server.send_signal(signal.SIGTERM)  # `raypipe serve` shuts Serve down on SIGTERM
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            kill_tree(server.pid)
+    cluster.restart_worker(rec["victim_node"], wait=False)
+    return rec
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["serve-node-kill"]:
+    import os
+
+    _url, _namespaces, _out = sys.argv[2:5]
+    _rec = serve_node_kill_client(_url, os.environ[NODE_FAULT_TOKEN_ENV],
+                                  {int(i): ns for i, ns in json.loads(_namespaces).items()})
+    Path(_out).write_text(json.dumps(_rec))

@@ -149,19 +149,19 @@ class RayNode:
     def kill(self) -> float:
         """SIGKILL every process of the node at once (a machine dying); returns the time of the kill."""
         when = time.time()
-        _kill_all(self.pids(), signal.SIGKILL)
+        kill_all(self.pids(), signal.SIGKILL)
         return when
 
     def stop(self) -> None:
         """SIGKILL the node's processes (a graceful `ray stop` of a test node takes ~15 s and leaves
         nothing that matters: its temp dir is the test's), then reap `ray start`."""
-        _kill_all(self.pids(), signal.SIGKILL)
+        kill_all(self.pids(), signal.SIGKILL)
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait(timeout=10)
 
 
-def _kill_all(pids: list[int], sig: int) -> None:
+def kill_all(pids: list[int], sig: int) -> None:
     procs = []
     for pid in pids:
         try:
@@ -305,7 +305,7 @@ class NetnsCluster:
 
     def _kill_namespace(self, i: int) -> None:
         out = subprocess.run(["ip", "netns", "pids", self.ns(i)], capture_output=True, text=True).stdout
-        _kill_all([int(p) for p in out.split()], signal.SIGKILL)
+        kill_all([int(p) for p in out.split()], signal.SIGKILL)
 
     def _launch_node(self, i: int) -> tuple[subprocess.Popen, list[str], Path]:
         temp = self.work / f"n{i}"

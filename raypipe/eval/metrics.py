@@ -11,13 +11,17 @@ items (ASQA, bio): their metrics (ALCE's, FactScore) need models that run outsid
 the share of questions for which decoding retrieved at least once. No option: the share of closed-set
 outputs that name none of the options, which count as wrong; it tells a model that answers off-format
 from one that answers wrongly. Long-form generation (biographies, CRAG's Bio): FactScore from the
-world's ground truth (raypipe.eval.factscore), not accuracy.
+world's ground truth (raypipe.eval.factscore), not accuracy. CRAG-family methods (crag, selfcrag)
+also count their actions and their failed web searches (CRAG §4.3, §4.5): a web search that failed
+after its retries degrades the request to internal knowledge, and the count says how often that
+happened, so an accuracy is never read without it.
 """
 
 from __future__ import annotations
 
 import re
 import string
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from statistics import fmean
@@ -84,6 +88,10 @@ class Scored:
     no_option: bool | None = None
     #: long-form tasks: FactScore of the output (None: another task)
     factscore: float | None = None
+    #: CRAG-family methods: the action triggered (Correct / Incorrect / Ambiguous; None: no CRAG step)
+    action: str | None = None
+    #: ... and whether its web search failed after its retries (None: no web search was made)
+    web_failed: bool | None = None
 
 
 def judge(task: str, golds: tuple[str, ...], choices: dict[str, str], result: dict[str, Any],
@@ -113,23 +121,32 @@ def judge(task: str, golds: tuple[str, ...], choices: dict[str, str], result: di
         correct = result["option"] == golds[0]
         exact = exact_match(text, [golds[0], *([choices[golds[0]]] if task == "mc" else [])])
         no_option = result["option"] is None
-    segments = result.get("trace", {}).get("segments", [])
+    trace = result.get("trace") or {}
+    segments = trace.get("segments", [])
     sup = [s["scores"]["is_sup"] for s in segments if s.get("citation") and "is_sup" in s.get("scores", {})]
-    return Scored(correct, exact, bool(result["retrieved"]), fmean(sup) if sup else None, no_option, fact_score)
+    crag = trace.get("crag") or {}
+    searched = crag.get("web") is not None or crag.get("web_error") is not None
+    return Scored(correct, exact, bool(result["retrieved"]), fmean(sup) if sup else None, no_option, fact_score,
+                  crag.get("action"), bool(crag.get("web_error")) if searched else None)
 
 
 def summarize(scored: list[Scored]) -> dict[str, Any]:
     """accuracy and exact_match over the `judged` items (None if none is), retrieval_frequency over
     all `n`, the mean s_IsSup of outputs that used passages (the support the IsSup weight buys, cf. the
     paper's Figure 3b), no_option, over the closed-set items, and factscore, over the long-form
-    items (None if there are none)."""
+    items (None if there are none); for CRAG-family methods, the count of each action and of web
+    searches made and failed (`crag`; None for other methods)."""
     if not scored:
         return {"n": 0, "judged": 0, "accuracy": None, "exact_match": None, "retrieval_frequency": None,
-                "is_sup": None, "no_option": None, "factscore": None}
+                "is_sup": None, "no_option": None, "factscore": None, "crag": None}
     judged = [s for s in scored if s.correct is not None]
     sup = [s.is_sup for s in scored if s.is_sup is not None]
     closed = [s.no_option for s in scored if s.no_option is not None]
     facts = [s.factscore for s in scored if s.factscore is not None]
+    searches = [s.web_failed for s in scored if s.web_failed is not None]
+    actions = Counter(s.action for s in scored if s.action is not None)
+    crag = {"actions": dict(sorted(actions.items())), "web_searches": len(searches),
+            "web_failures": sum(searches)} if actions or searches else None
     return {
         "n": len(scored),
         "judged": len(judged),
@@ -139,4 +156,5 @@ def summarize(scored: list[Scored]) -> dict[str, Any]:
         "is_sup": fmean(sup) if sup else None,
         "no_option": fmean(closed) if closed else None,
         "factscore": fmean(facts) if facts else None,
+        "crag": crag,
     }

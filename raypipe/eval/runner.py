@@ -31,7 +31,7 @@ from raypipe.errors import DataError, ModelError
 from raypipe.eval.datasets import EvalItem, read_eval_sets
 from raypipe.eval.metrics import judge, summarize
 from raypipe.eval.plots import plot_robustness, plot_threshold_sweep, plot_weight_sweep
-from raypipe.eval.predict import EvalPredictor, SearcherFactory
+from raypipe.eval.predict import EvalPredictor, SearcherFactory, tools_used
 from raypipe.eval.robustness import RemovalPlan, plan_removal, robustness_metrics
 from raypipe.methods import get_method
 from raypipe.methods.base import Variant
@@ -177,6 +177,10 @@ def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None
     uses_generator = any("engine" in get_method(m).tools for m in cfg.eval.methods)
     if uses_generator and not (Path(cfg.eval.generator) / "config.json").is_file():
         raise ModelError(f"eval.generator: no model folder at {cfg.eval.generator}")
+    if "evaluator" in tools_used(eval_variants(cfg)):
+        from raypipe.methods.crag.evaluator import require_evaluator
+
+        require_evaluator(cfg.crag.evaluator.path)
     items, reports = read_eval_sets(cfg.eval.eval_sets, out / "rejects", cfg.eval.limit, cfg.eval.passages)
     if not items:
         raise DataError("no valid eval rows in any eval set", file=", ".join(cfg.eval.eval_sets))

@@ -87,13 +87,19 @@ def build_app(cfg: RaypipeConfig) -> Application:
     cfg = resolve_paths(cfg)
     s = cfg.serve
     used = {tool for m in s.methods for tool in get_method(m).tools}
+    if "evaluator" in used:
+        from raypipe.methods.crag.evaluator import require_evaluator
+
+        require_evaluator(cfg.crag.evaluator.path)  # here, not in a replica that Serve would restart
     generator_actor: dict[str, Any] = {"num_cpus": s.generator_cpus}
     if _cluster_has_gpus():
         generator_actor["num_gpus"] = s.generator_gpus
     batching = (s.torch_threads, s.max_batch_size, s.batch_wait_timeout_s)
     # Generator/Retrieval callers are Decoder threads, already bounded by the Decoder's own limits:
     # their queues are unbounded and they admit a full batch per replica at least.
-    shared = {"max_ongoing_requests": max(s.max_batch_size, s.max_ongoing_requests), "max_queued_requests": -1}
+    spread = {} if s.max_replicas_per_node is None else {"max_replicas_per_node": s.max_replicas_per_node}
+    shared = {"max_ongoing_requests": max(s.max_batch_size, s.max_ongoing_requests), "max_queued_requests": -1,
+              **spread}
     handles = {}
     if "retriever" in used:
         handles["retriever"] = Retrieval.options(
@@ -117,11 +123,11 @@ def build_app(cfg: RaypipeConfig) -> Application:
         ).bind(cfg.retrieval, s.torch_threads)
     decoder = Decoder.options(
         autoscaling_config=autoscaling_config(s), max_ongoing_requests=s.max_ongoing_requests,
-        max_queued_requests=s.max_queued_requests, ray_actor_options={"num_cpus": s.decoder_cpus},
+        max_queued_requests=s.max_queued_requests, ray_actor_options={"num_cpus": s.decoder_cpus}, **spread,
     ).bind(handles, s.generator, s.max_ongoing_requests, s.request_timeout_s, cfg.crag.lm)
     return Ingress.options(
         num_replicas=s.ingress_replicas, max_ongoing_requests=s.ingress_max_ongoing_requests,
-        ray_actor_options={"num_cpus": s.ingress_cpus},
+        ray_actor_options={"num_cpus": s.ingress_cpus}, **spread,
     ).bind(decoder, cfg, digest_from_env(s.auth_token_env))
 
 

@@ -26,7 +26,8 @@ import yaml
 from raypipe.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
-KUBERAY = sorted((ROOT / "cluster" / "kuberay").glob("*.yaml"))
+VOLUMES = ROOT / "cluster" / "kuberay" / "volumes.yaml"
+KUBERAY = sorted(p for p in (ROOT / "cluster" / "kuberay").glob("*.yaml") if p != VOLUMES)
 #: the extras the image leaves out of the Makefile's install (test and lint tools)
 DEV_ONLY_EXTRAS = {"dev"}
 
@@ -284,3 +285,14 @@ def test_configs_serve_yaml_import_path_matches_the_rayservice():
     remote = yaml.safe_load(doc["spec"]["serveConfigV2"])
     assert [a["import_path"] for a in local["applications"]] == [a["import_path"] for a in remote["applications"]]
     assert [a["runtime_env"] for a in local["applications"]] == [a["runtime_env"] for a in remote["applications"]]
+
+
+def test_every_claimed_volume_is_defined_once_and_shared_across_nodes():
+    claims = {doc["metadata"]["name"]: doc for doc in yaml.safe_load_all(VOLUMES.read_text())}
+    assert {doc["kind"] for doc in claims.values()} == {"PersistentVolumeClaim"}
+    used = {v["persistentVolumeClaim"]["claimName"] for path in KUBERAY
+            for _, group in _pod_specs(_cluster_spec(yaml.safe_load(path.read_text())))
+            for v in group["template"]["spec"].get("volumes", []) if "persistentVolumeClaim" in v}
+    assert used == set(claims), f"claimed {sorted(used)}, defined {sorted(claims)}"
+    # pods on several nodes write shards and checkpoints to them at once
+    assert all(doc["spec"]["accessModes"] == ["ReadWriteMany"] for doc in claims.values())

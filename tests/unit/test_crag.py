@@ -11,6 +11,7 @@ import pytest
 
 from raypipe.config import CRAGSettings, CRAGSweeps, RAGSettings, SelfCRAGSettings, load_config
 from raypipe.errors import ConfigError, DataError
+from raypipe.eval.metrics import judge, summarize
 from raypipe.inference.engines.base import Engine, Generation, GenerationParams
 from raypipe.methods import get_method
 from raypipe.methods.base import MethodRequest, Tools
@@ -394,3 +395,50 @@ def test_selfcrag_per_source_reads_each_sources_kept_strips_as_its_own_titled_pa
     assert [len(found) for found in one] == [1, 1, 1]
     assert one[2][0].text == "Eve was born in Orr.\nEve worked at the Dock." and one[2][0].title == "Eve"
     assert one[1][0].text.split("\n") == [p.text for p in each[1]]
+
+
+def test_eval_counts_each_action_and_the_failed_web_searches():
+    def counts(web_fail: Exception | None) -> dict:
+        t, *_ = tools(web_fail=web_fail)
+        results = CRAG(t).decode(requests(), CRAGSettings(), top_k=5)
+        return summarize([judge("qa", ("Orr",), {}, r.as_dict()) for r in results])["crag"]
+
+    # Ada's documents pass the upper threshold, Cy's all fall below the lower, Eve's lie between:
+    # the two requests that search the web are counted, and their failures only when the search fails
+    assert counts(None) == {"actions": {"ambiguous": 1, "correct": 1, "incorrect": 1}, "web_searches": 2,
+                            "web_failures": 0}
+    assert counts(SearchBackendError("http://search: gave up after 4 attempts: timeout"))["web_failures"] == 2
+    assert summarize([judge("qa", ("Orr",), {}, {"text": "Orr", "retrieved": True, "option": None})])["crag"] is None
+
+
+def test_openai_rewriter_sends_table_7s_prompt_with_the_key_and_falls_back_to_the_raw_question(monkeypatch):
+    import json
+
+    import httpx
+
+    from raypipe.methods.crag.rewrite import OpenAIRewriter
+
+    sent = []
+
+    def reply(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        sent.append((request.url.path, request.headers.get("authorization"), body))
+        prompt = body["messages"][0]["content"]
+        if "Cy Orr" in prompt:
+            return httpx.Response(200, json={"choices": [{"message": {"content": "query: Cy Orr, occupation"}}]})
+        if "Ada" in prompt:
+            return httpx.Response(200, json={"choices": []})  # malformed: no choice
+        return httpx.Response(401, json={"error": "bad key"})  # not retried: an HTTP error
+
+    monkeypatch.setenv("REWRITER_KEY", "sk-test")
+    settings = CRAGSettings(rewriter="openai", rewriter_url="http://lm.local/v1/", rewriter_model="m",
+                            rewriter_api_key_env="REWRITER_KEY")
+    out = OpenAIRewriter(settings, transport=httpx.MockTransport(reply)).rewrite(
+        ["What is Cy Orr's occupation?", "Where was Ada born?", "Who wrote Eve?"])
+    assert [(r.query, r.how) for r in out] == [("Cy Orr, occupation", "rewritten"),
+                                               ("Where was Ada born?", "failed"), ("Who wrote Eve?", "failed")]
+    assert out[1].error.startswith("IndexError") and "401" in out[2].error
+    path, auth, body = sent[0]
+    assert path == "/v1/chat/completions" and auth == "Bearer sk-test"
+    assert body["temperature"] == 0 and body["model"] == "m"
+    assert [m["content"] for m in body["messages"]] == [rewrite_prompt("What is Cy Orr's occupation?")]

@@ -100,3 +100,30 @@ def test_missing_evaluator_checkpoint_is_a_startup_error_naming_the_path(tmp_pat
     where = tmp_path / "no_evaluator"
     with pytest.raises(ModelError, match=str(where)):
         load_evaluator(EvaluatorConfig(path=str(where)))
+
+
+@pytest.mark.parametrize("job", ["eval", "serve"])
+def test_a_job_that_serves_crag_fails_at_its_start_when_the_evaluator_is_missing(job, tmp_path, monkeypatch):
+    """Before any Ray actor or Serve replica is started: a replica that fails to load would be
+    restarted by Serve over and over, an eval actor only fail after the eval sets were read."""
+    from raypipe.config import load_config
+
+    where = tmp_path / "no_evaluator"
+    (tmp_path / "config.json").write_text("{}")  # a generator folder, as far as the start checks look
+    cfg = load_config(None, [f"crag.evaluator.path={where}", "eval.methods=[crag]", "serve.methods=[crag]",
+                             "serve.default_method=crag", f"eval.generator={tmp_path}"])
+
+    def no_ray(*_args, **_kwargs):
+        raise AssertionError("Ray was started")
+
+    monkeypatch.setattr("raypipe.runtime.ensure_ray", no_ray)
+    if job == "eval":
+        from raypipe.eval.runner import run_eval
+
+        run = run_eval
+    else:
+        from raypipe.serving.app import build_app
+
+        run = build_app
+    with pytest.raises(ModelError, match=str(where)):
+        run(cfg)

@@ -59,7 +59,7 @@ def test_summarize_fractions():
     scored = [Scored(True, True, True, 1.0), Scored(True, False, False, None),
               Scored(False, False, True, 0.5), Scored(False, False, False, None)]
     assert summarize(scored) == {"n": 4, "judged": 4, "accuracy": 0.5, "exact_match": 0.25, "retrieval_frequency": 0.5,
-                                 "is_sup": 0.75, "no_option": None, "factscore": None}
+                                 "is_sup": 0.75, "no_option": None, "factscore": None, "crag": None}
     closed = [Scored(False, False, False, None, no_option=True), Scored(True, True, False, None, no_option=False),
               Scored(False, False, False, None, no_option=False), Scored(True, True, True, None)]
     assert summarize(closed)["no_option"] == pytest.approx(1 / 3)  # over the three closed-set items

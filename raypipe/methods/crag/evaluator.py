@@ -30,6 +30,16 @@ MANIFEST = "evaluator.json"
 OUTPUT = "tanh"
 
 
+def require_evaluator(folder: str | Path) -> Path:
+    """The manifest of the evaluator checkpoint at `folder`, or the error naming the path: called where
+    a job starts (eval, serving), so a missing checkpoint fails before any actor or replica loads."""
+    manifest = Path(folder) / MANIFEST
+    if not manifest.is_file():
+        raise ModelError(f"no retrieval evaluator checkpoint at {folder} ({MANIFEST} missing); train "
+                         "one with `raypipe crag train-evaluator` or set crag.evaluator.path")
+    return manifest
+
+
 def load_cross_encoder(folder: str | Path) -> tuple[Any, Any]:
     """(model, tokenizer) of an encoder folder with a fresh or trained one-unit regression head."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
@@ -57,11 +67,7 @@ class CrossEncoderEvaluator:
         from raypipe.models import pick_device
 
         self.folder = Path(folder)
-        manifest = self.folder / MANIFEST
-        if not manifest.is_file():
-            raise ModelError(f"no retrieval evaluator checkpoint at {self.folder} ({MANIFEST} missing); train "
-                             "one with `raypipe crag train-evaluator` or set crag.evaluator.path")
-        self.manifest = json.loads(manifest.read_text())
+        self.manifest = json.loads(require_evaluator(self.folder).read_text())
         self.device = device or pick_device()
         model, self.tokenizer = load_cross_encoder(self.folder)
         self.model = model.to(self.device).eval()

@@ -142,13 +142,14 @@ class OpenAIRewriter:
     """Table 7's prompt to an OpenAI-compatible `/chat/completions` (temperature 0), a few requests in
     flight, each retried by the shared HTTP policy; a failed one falls back to the raw question."""
 
-    def __init__(self, cfg: CorrectiveSettings, *, client: httpx.Client | None = None, concurrency: int = 4):
+    def __init__(self, cfg: CorrectiveSettings, *, transport: httpx.BaseTransport | None = None,
+                 concurrency: int = 4):
         assert cfg.rewriter_url
         self.url = cfg.rewriter_url.rstrip("/") + "/chat/completions"
         self.model = cfg.rewriter_model
         key = os.environ.get(cfg.rewriter_api_key_env)
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self.client = client or httpx.Client(timeout=cfg.rewriter_timeout_s, headers=headers)
+        self.client = httpx.Client(timeout=cfg.rewriter_timeout_s, headers=headers, transport=transport)
         self.retry = RetryPolicy(2, 0.5)
         self.concurrency = concurrency
 
