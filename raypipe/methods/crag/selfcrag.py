@@ -7,10 +7,11 @@ reads (IsRel, IsSup, IsUse); only what a retrieval returns changes. The first ti
 retrieve for a request, the request's documents are retrieved with x and corrected (knowledge.py),
 batched over every request asking at that step; later retrievals of the request read the same
 knowledge (CRAG corrects the retrieval of x; Self-RAG's released short-form decoding, too, reads
-passages retrieved once for x). By default the knowledge is one passage: k = internal + external
-(Algorithm 1, line 12; Table 6: Self-CRAG reads fewer passages than Self-RAG's K); with
-`knowledge_passages: per_source` each source's kept strips are a passage of their own, under its
-title. No knowledge at all (Incorrect with web search off, every strip filtered) means Self-RAG
+passages retrieved once for x). By default (`knowledge_passages: per_source`) each source's kept
+strips are a passage of their own, under its title: Self-RAG's beam reads and critiques them one at a
+time, as its generator was trained to; with `joined` the knowledge is one passage, k = internal +
+external (Algorithm 1, line 12; Table 6: Self-CRAG reads fewer passages than Self-RAG's K), which a
+Self-RAG generator reads worse (measured: README, "CRAG, RAG and Self-CRAG"). No knowledge at all (Incorrect with web search off, every strip filtered) means Self-RAG
 continues without a passage.
 """
 
