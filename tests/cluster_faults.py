@@ -432,13 +432,14 @@ def replica_pids(processes: dict[int, str], app: str, deployment: str) -> list[i
     return sorted(pid for pid, title in processes.items() if f"ServeReplica:{app}:{deployment}" in title)
 
 
-#: kills one of a deployment's replicas, given their pids: returns the victim's pid and what was killed
-ReplicaKill = Callable[[list[int]], tuple[int, str]]
+#: kills one of a deployment's replicas, given their pids and the deployment's name: returns the
+#: victim's pid and what was killed
+ReplicaKill = Callable[[list[int], str], tuple[int, str]]
 
 
-def kill_replica_process(victims: list[int]) -> tuple[int, str]:
+def kill_replica_process(victims: list[int], deployment: str) -> tuple[int, str]:
     kill_tree(victims[0])
-    return victims[0], "a replica's process"
+    return victims[0], f"the {deployment} replica's process"
 
 
 def serve_replica_kill(url: str, headers: dict[str, str], app: str, processes: Callable[[], dict[int, str]],
@@ -489,7 +490,7 @@ def serve_replica_kill(url: str, headers: dict[str, str], app: str, processes: C
                 if not victims:
                     raise RuntimeError(f"no {deployment} replica process of app {app!r} found")
                 at = time.time()
-                pid, what = kill_one(victims)
+                pid, what = kill_one(victims, deployment)
                 kill.update(at=at, pid=pid, what=what, replicas=len(victims))
 
     async def run() -> None:
@@ -545,7 +546,7 @@ def namespace_processes(namespaces: dict[int, str]) -> dict[int, str]:
 def kill_hosting_worker(namespaces: dict[int, str], killed: dict[str, Any]) -> ReplicaKill:
     """A `ReplicaKill` that SIGKILLs every process of the worker node (index > 0) hosting one of the
     replicas, as a machine dies; the node's index goes into `killed["node"]`."""
-    def kill_one(victims: list[int]) -> tuple[int, str]:
+    def kill_one(victims: list[int], deployment: str) -> tuple[int, str]:
         for i, ns in sorted(namespaces.items()):
             if i == 0:
                 continue
@@ -555,7 +556,7 @@ def kill_hosting_worker(namespaces: dict[int, str], killed: dict[str, Any]) -> R
             if hosted:
                 kill_all(pids, signal.SIGKILL)
                 killed["node"] = i
-                return hosted[0], f"worker node {i} (every process), which hosted a replica"
+                return hosted[0], f"worker node {i} (every process), which hosted a {deployment} replica"
         raise RuntimeError(f"no worker node hosts one of the replicas {victims}: the fault would hit nothing")
     return kill_one
 

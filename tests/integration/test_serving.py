@@ -86,6 +86,10 @@ def passage_ids(index_cfg) -> set[str]:
 def app_cfg(tiny_model_dir, index_cfg, evaluator_dir) -> RaypipeConfig:
     # generator_cpus 0.25 (Generator and InstructLM): 3 Decoders, both LMs and the rest fit the session's 2 CPUs
     serve = ServeConfig(port=_free_port(), app_name=APP, generator=str(tiny_model_dir), auth_token_env=TOKEN_ENV,
+                        # a batch's first engine call waits 50 ms for others (10 ms by default): the
+                        # concurrent-request test's calls, through proxy, ingress and two Decoders, can
+                        # arrive further apart than 10 ms on a loaded machine (seen once: none merged)
+                        batch_wait_timeout_s=0.05,
                         methods=["selfrag", "crag"], generator_cpus=0.25, min_replicas=2, max_replicas=3,
                         target_ongoing_requests=1.0, max_ongoing_requests=2,
                         max_queued_requests=8, max_top_k=3, max_beam_width=2, max_depth_limit=2,
