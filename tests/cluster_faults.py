@@ -28,7 +28,16 @@ import pyarrow.parquet as pq
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cluster_nodes import BIN, ROOT, SMALL_NODES, NetnsCluster, base_env, kill_all  # noqa: E402
+from cluster_nodes import (  # noqa: E402
+    BIN,
+    ROOT,
+    SMALL_NODES,
+    NetnsCluster,
+    base_env,
+    kill_all,
+    netns_pids,
+    process_titles,
+)
 
 from raypipe.config import RetrievalConfig  # noqa: E402
 
@@ -302,13 +311,7 @@ def last_step(log: Path) -> int:
 def own_processes() -> dict[int, str]:
     """pid -> title of this process's descendants: a Ray instance started here by `ray.init` (its raylet
     and the workers the raylet started) and nothing else on the machine."""
-    titles = {}
-    for child in psutil.Process().children(recursive=True):
-        try:
-            titles[child.pid] = " ".join(child.cmdline()) or child.name()
-        except psutil.Error:
-            continue
-    return titles
+    return process_titles([child.pid for child in psutil.Process().children(recursive=True)])
 
 
 def cluster_processes(cluster: NetnsCluster, workers_only: bool = True) -> dict[int, str]:
@@ -529,18 +532,10 @@ NODE_FAULT_REPLICAS = 2
 
 
 def namespace_processes(namespaces: dict[int, str]) -> dict[int, str]:
-    """pid -> "[node i] title" of every process in these network namespaces (`ip netns pids`): the
-    cluster's processes as a client inside its network sees them, without the `NetnsCluster` object."""
-    titles = {}
-    for i, ns in namespaces.items():
-        out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout
-        for pid in map(int, out.split()):
-            try:
-                p = psutil.Process(pid)
-                titles[pid] = f"[node {i}] " + (" ".join(p.cmdline()) or p.name())
-            except psutil.Error:
-                continue
-    return titles
+    """pid -> "[node i] title" of every process in these network namespaces: the cluster's processes
+    as a client inside its network sees them, without the `NetnsCluster` object."""
+    return {pid: f"[node {i}] {title}" for i, ns in namespaces.items()
+            for pid, title in process_titles(netns_pids(ns)).items()}
 
 
 def kill_hosting_worker(namespaces: dict[int, str], killed: dict[str, Any]) -> ReplicaKill:
@@ -550,8 +545,7 @@ def kill_hosting_worker(namespaces: dict[int, str], killed: dict[str, Any]) -> R
         for i, ns in sorted(namespaces.items()):
             if i == 0:
                 continue
-            pids = [int(p) for p in subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
-                                                      text=True).stdout.split()]
+            pids = netns_pids(ns)
             hosted = [v for v in victims if v in pids]
             if hosted:
                 kill_all(pids, signal.SIGKILL)

@@ -132,19 +132,12 @@ class RayNode:
         except psutil.NoSuchProcess:
             pass
         if self.netns:
-            out = subprocess.run(["ip", "netns", "pids", self.netns], capture_output=True, text=True).stdout
-            found |= {int(p) for p in out.split()}
+            found |= set(netns_pids(self.netns))
         return sorted(found)
 
     def processes(self) -> dict[int, str]:
         """pid -> process title (Ray workers carry their actor's name, e.g. `ray::MapWorker(...)`)."""
-        titles = {}
-        for pid in self.pids():
-            try:
-                titles[pid] = " ".join(psutil.Process(pid).cmdline()) or psutil.Process(pid).name()
-            except psutil.Error:
-                continue
-        return titles
+        return process_titles(self.pids())
 
     def kill(self) -> float:
         """SIGKILL every process of the node at once (a machine dying); returns the time of the kill."""
@@ -159,6 +152,24 @@ class RayNode:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait(timeout=10)
+
+
+def netns_pids(netns: str) -> list[int]:
+    """Every process in a network namespace (`ip netns pids`)."""
+    out = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def process_titles(pids: list[int]) -> dict[int, str]:
+    """pid -> command line (or name) of those still alive."""
+    titles = {}
+    for pid in pids:
+        try:
+            p = psutil.Process(pid)
+            titles[pid] = " ".join(p.cmdline()) or p.name()
+        except psutil.Error:
+            continue
+    return titles
 
 
 def kill_all(pids: list[int], sig: int) -> None:
@@ -304,8 +315,7 @@ class NetnsCluster:
             del self.starting[i]
 
     def _kill_namespace(self, i: int) -> None:
-        out = subprocess.run(["ip", "netns", "pids", self.ns(i)], capture_output=True, text=True).stdout
-        kill_all([int(p) for p in out.split()], signal.SIGKILL)
+        kill_all(netns_pids(self.ns(i)), signal.SIGKILL)
 
     def _launch_node(self, i: int) -> tuple[subprocess.Popen, list[str], Path]:
         temp = self.work / f"n{i}"

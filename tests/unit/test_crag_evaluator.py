@@ -116,12 +116,12 @@ def test_a_job_that_serves_crag_fails_at_its_start_when_the_evaluator_is_missing
     def no_ray(*_args, **_kwargs):
         raise AssertionError("Ray was started")
 
-    monkeypatch.setattr("raypipe.runtime.ensure_ray", no_ray)
     if job == "eval":
         from raypipe.eval.runner import run_eval
 
+        monkeypatch.setattr("raypipe.eval.runner.ensure_ray", no_ray)  # the name run_eval calls
         run = run_eval
-    else:
+    else:  # build_app binds deployments and starts nothing
         from raypipe.serving.app import build_app
 
         run = build_app
