@@ -138,7 +138,8 @@ def _build_parser() -> argparse.ArgumentParser:
         p.set_defaults(_command=name)
         if cmd.choices:
             p.add_argument("which", choices=cmd.choices, help="which model")
-        p.add_argument("--config", "-c", help="YAML config file (default: embedded demo defaults)")
+        p.add_argument("--config", "-c", help="YAML config file (default: embedded demo defaults); a file's "
+                       "`extends: other.yaml` puts its settings on top of that file's")
         p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="override a config value, e.g. --set training.critic.micro_batch_size=4 (repeatable)")
         p.add_argument("--json", action="store_true", help="print the stats as JSON instead of a table")

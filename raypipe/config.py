@@ -9,7 +9,7 @@ default.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -244,6 +244,9 @@ class TeacherConfig(Section):
     backoff_s: float = Field(1.0, ge=0)
     temperature: float = 1.0
     max_tokens: int = Field(200, ge=1)
+    #: JSON fields added to every request body: a server's own parameters, e.g. `{method: direct}` for
+    #: a raypipe server or vLLM's `repetition_penalty` (the fields above win over these)
+    extra_body: dict[str, Any] = {}
 
 
 class LabelConfig(Section):
@@ -592,11 +595,21 @@ class CRAGSettings(CorrectiveSettings):
     max_new_tokens: int = Field(100, ge=1)
 
 
-class RAGSettings(MethodSettings):
-    """Standard RAG (CRAG §5.2): the same plain generator reads the raw top-K passages."""
+class PlainGeneratorSettings(MethodSettings):
+    """A plain generator (raypipe.methods.crag.generate): the instruct LM through its chat template
+    (`lm`) or the Self-RAG generator (`engine`), one greedy answer of `max_new_tokens` at most."""
 
     generator: Literal["lm", "engine"] = "lm"
     max_new_tokens: int = Field(100, ge=1)
+
+
+class RAGSettings(PlainGeneratorSettings):
+    """Standard RAG (CRAG §5.2): the same plain generator reads the raw top-K passages."""
+
+
+class DirectSettings(PlainGeneratorSettings):
+    """No retrieval: the plain generator answers the request as it is (the papers' "no retrieval"
+    baselines; served, an OpenAI-compatible endpoint for an instruct LM, e.g. the trajectory teacher's)."""
 
 
 class SelfCRAGSettings(SelfRAGSettings, CorrectiveSettings):
@@ -627,10 +640,19 @@ class DocumentNoise(Section):
         return self.doc_order == "shuffled" or self.noise_fraction > 0
 
 
+#: the processes of a self-reasoning trajectory, in trajectory order (RAP, EAP, TAP)
+TrajectoryProcess = Literal["relevance", "evidence", "analysis"]
+
+
 class SelfReasoningSettings(MethodSettings, DocumentNoise):
     """Self-Reasoning decoding (raypipe.methods.self_reasoning.method): retrieve top-K, generate the
     RAP/EAP/TAP trajectory in one pass, parse it. The generator is the self-reasoning model
     (`training.self_reasoning.out_dir`), so point `eval.generator` / `serve.generator` at it."""
+
+    #: the trajectory format the self-reasoning model writes: the data job writes its training targets
+    #: with these processes, decoding parses them. All three is the method; Table 2's ablations leave
+    #: one out ("w/o RAP": [evidence, analysis]); the final answer is always written
+    processes: list[TrajectoryProcess] = ["relevance", "evidence", "analysis"]
 
     #: tokens of the whole trajectory at most (the paper allows 2048; our trajectories are ~150-300)
     max_new_tokens: int = Field(384, ge=1)
@@ -640,6 +662,14 @@ class SelfReasoningSettings(MethodSettings, DocumentNoise):
     text: Literal["auto", "answer", "analysis"] = "auto"
     # doc_order, noise_fraction, seed: Figure 3's robustness settings (DocumentNoise)
 
+    @field_validator("processes")
+    @classmethod
+    def _in_trajectory_order(cls, value: list[str]) -> list[str]:
+        order = list(get_args(TrajectoryProcess))
+        if not value or len(set(value)) != len(value) or value != sorted(value, key=order.index):
+            raise ValueError(f"must be distinct processes in trajectory order {order}, at least one; got {value}")
+        return value
+
 
 class MethodsConfig(Section):
     """One section per decoding method (raypipe.methods): its default settings in eval and serving."""
@@ -647,12 +677,13 @@ class MethodsConfig(Section):
     selfrag: SelfRAGSettings = SelfRAGSettings()
     crag: CRAGSettings = CRAGSettings()
     rag: RAGSettings = RAGSettings()
+    direct: DirectSettings = DirectSettings()
     selfcrag: SelfCRAGSettings = SelfCRAGSettings()
     self_reasoning: SelfReasoningSettings = SelfReasoningSettings()
 
 
 #: the registered decoding methods (raypipe.methods.get_method); one field each in `MethodsConfig`
-MethodName = Literal["selfrag", "crag", "rag", "selfcrag", "self_reasoning"]
+MethodName = Literal["selfrag", "crag", "rag", "selfcrag", "self_reasoning", "direct"]
 
 
 class SelfRAGSweeps(Section):
@@ -1096,6 +1127,38 @@ def parse_override(item: str) -> tuple[str, Any]:
     return key, yaml.safe_load(raw) if raw.strip() else ""
 
 
+#: a config file's key naming the file it extends (relative to itself): that file's settings, with
+#: this file's on top (mappings merge key by key; any other value, lists included, replaces)
+EXTENDS_KEY = "extends"
+
+
+def _merged(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in top.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def _read_config_file(path: Path, chain: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A YAML config file's mapping, with the file it `extends` (and that file's, ...) underneath."""
+    if not path.exists():
+        raise ConfigError(f"config file not found: {path}" + (f" (extended by {chain[-1]})" if chain else ""))
+    if path.resolve() in chain:
+        raise ConfigError(f"{chain[-1]}: {EXTENDS_KEY}: {path} extends itself through {[str(c) for c in chain]}")
+    try:
+        loaded = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{path}: top level must be a mapping, got {type(loaded).__name__}")
+    parent = loaded.pop(EXTENDS_KEY, None)
+    if parent is None:
+        return loaded
+    if not isinstance(parent, str):
+        raise ConfigError(f"{path}: {EXTENDS_KEY} must be a file path, got {parent!r}")
+    return _merged(_read_config_file(path.parent / parent, (*chain, path.resolve())), loaded)
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> RaypipeConfig:
     """Read a YAML config (or the defaults when `path` is None) and apply `--set` overrides.
 
@@ -1103,18 +1166,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     greater than 0``.
     """
     source = str(path) if path is not None else "<defaults>"
-    data: dict[str, Any] = {}
-    if path is not None:
-        p = Path(path)
-        if not p.exists():
-            raise ConfigError(f"config file not found: {p}")
-        try:
-            loaded = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{p}: not valid YAML: {exc}") from exc
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{p}: top level must be a mapping, got {type(loaded).__name__}")
-        data = loaded
+    data = _read_config_file(Path(path)) if path is not None else {}
     moved = moved_key_errors(data, source)
     set_by: dict[tuple[str, ...], str] = {}
     for item in overrides:

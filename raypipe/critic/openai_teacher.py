@@ -114,7 +114,7 @@ class OpenAITeacher(Teacher):
 
     def _post(self, request: LabelRequest) -> str:
         """The raw reply text, or RequestFailed; a fatal status raises RaypipeError for the whole job."""
-        payload = {"model": self.cfg.model, "messages": teacher_messages(request.example),
+        payload = {**self.cfg.extra_body, "model": self.cfg.model, "messages": teacher_messages(request.example),
                    "temperature": self.cfg.temperature, "max_tokens": self.cfg.max_tokens}
         try:
             response = self.retry.send(lambda: self.client.post(self.url, json=payload), what=f"request {request.id}")

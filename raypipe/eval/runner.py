@@ -8,7 +8,9 @@ Outputs in `eval.out_dir`:
   rerun decodes only variants whose inputs changed;
 - metrics.json: `accuracy`, `exact_match`, `retrieval_frequency` and `factscore` keyed by headline
   variant (Self-RAG's never, adaptive, always; other methods by name; pooled over all sets), `per_set`
-  and `overall` for every variant, the sweeps, and `robustness` when `eval.robustness.enabled`;
+  and `overall` for every variant, the sweeps, `robustness` when `eval.robustness.enabled`, and
+  `longform` (per long-form set with the world's ground truth, per variant: EM recall and ALCE
+  citation recall and precision, judged by `trajectories.qc`'s support checker);
 - threshold_sweep.png (paper Fig. 3c) and is_sup_weight_sweep.png (Fig. 3b); robustness.png (CRAG
   Fig. 3, raypipe.eval.robustness);
 - rejects/<set>.rejects.jsonl for bad eval rows; `_SUCCESS` when complete.
@@ -166,6 +168,25 @@ def _sweep(per_set: dict[str, Any], variants: list[Variant], sweep: str, key: st
             for name, by_variant in per_set.items()}
 
 
+def _longform_citations(cfg: RaypipeConfig, predictions_dir: Path, variants: list[Variant],
+                        items: list[EvalItem]) -> dict[str, dict[str, Any]]:
+    """set -> variant -> EM recall, citation recall and precision (Self-Reasoning's long-form metrics)
+    for each long-form set whose rows carry the world's ground truth."""
+    from raypipe.methods.self_reasoning.longform import has_citation_truth, longform_metrics
+
+    longform = {item.set for item in items if item.task == "longform"}
+    sets = {Path(p).stem: p for p in cfg.eval.eval_sets if Path(p).stem in longform and has_citation_truth(p)}
+    if not sets:
+        return {}
+    from raypipe.methods.self_reasoning.quality import make_checker
+
+    checker = make_checker(cfg.trajectories.qc)
+    return {name: {v.name: longform_metrics(predictions_dir / f"{v.name}.jsonl", path, cfg.retrieval.index.passages,
+                                            checker, set_name=name)
+                   for v in variants}
+            for name, path in sets.items()}
+
+
 def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None) -> dict[str, Any]:
     """Evaluate `cfg.eval.methods` with `cfg.eval.generator` on `cfg.eval.eval_sets`, every variant.
 
@@ -234,6 +255,7 @@ def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None
         robustness = robustness_metrics(plan, per_set, with_gold, predictions_dir, cfg.eval.robustness)
         if robustness["curves"]:
             plots["robustness"] = str(plot_robustness(robustness, out / ROBUSTNESS_PLOT))
+    longform = _longform_citations(cfg, predictions_dir, variants, items)
     metrics = {
         "generator": cfg.eval.generator,
         "methods": cfg.eval.methods,
@@ -245,6 +267,7 @@ def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None
         "overall": overall,
         "sweeps": sweeps,
         **({"robustness": robustness} if robustness is not None else {}),
+        **({"longform": longform} if longform else {}),
         "eval_sets": {name: r.as_dict() for name, r in reports.items()},
         "plots": plots,
     }

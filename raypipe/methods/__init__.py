@@ -22,6 +22,7 @@ REGISTRY: dict[str, str] = {
     "rag": "raypipe.methods.crag.methods:RAG",
     "selfcrag": "raypipe.methods.crag.selfcrag:SelfCRAG",
     "self_reasoning": "raypipe.methods.self_reasoning.method:SelfReasoning",
+    "direct": "raypipe.methods.direct:Direct",
 }
 
 METHOD_NAMES: tuple[str, ...] = get_args(MethodName)

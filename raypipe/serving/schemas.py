@@ -168,8 +168,8 @@ class CRAGControls(CorrectiveControls):
     max_tokens: int | None = Field(None, ge=1, description="tokens of the answer at most")
 
 
-class RAGControls(MethodControls):
-    """Standard RAG: which plain generator, tokens to write."""
+class PlainGeneratorControls(MethodControls):
+    """Standard RAG and direct generation: which plain generator, tokens to write."""
 
     renames: ClassVar[dict[str, str]] = {"max_tokens": "max_new_tokens"}
 
@@ -183,7 +183,8 @@ class SelfCRAGControls(SelfRAGControls, CorrectiveControls):
 
 #: method name -> its controls model; every served method has one
 CONTROLS: dict[str, type[MethodControls]] = {"selfrag": SelfRAGControls, "self_reasoning": SelfReasoningControls,
-                                             "crag": CRAGControls, "rag": RAGControls, "selfcrag": SelfCRAGControls}
+                                             "crag": CRAGControls, "rag": PlainGeneratorControls,
+                                             "direct": PlainGeneratorControls, "selfcrag": SelfCRAGControls}
 
 
 class GenerateRequest(RequestModel):

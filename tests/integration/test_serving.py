@@ -1,6 +1,7 @@
 """The Serve app end to end over HTTP on 127.0.0.1: the tiny model as Generator, a real faiss index of
-world passages (MiniLM) as Retrieval, the Decoder autoscaled, bearer auth on; `crag` is served beside
-`selfrag`, so the Evaluator, WebSearch and InstructLM deployments are bound too.
+world passages (MiniLM) as Retrieval, the Decoder autoscaled, bearer auth on; `crag` and
+`self_reasoning` are served beside `selfrag`, so the Evaluator, WebSearch and InstructLM deployments are
+bound too.
 
 One app serves the whole module (replica start-up is the slow part); the last test shuts it down and
 checks that no Serve actor is left. Auth off, and every validation rule, are covered without Ray in
@@ -31,6 +32,7 @@ from raypipe.config import (
     RetrievalConfig,
     SearchBackendConfig,
     SelfRAGSettings,
+    SelfReasoningSettings,
     ServeConfig,
 )
 from raypipe.data.io import list_data_files
@@ -90,13 +92,14 @@ def app_cfg(tiny_model_dir, index_cfg, evaluator_dir) -> RaypipeConfig:
                         # concurrent-request test's calls, through proxy, ingress and two Decoders, can
                         # arrive further apart than 10 ms on a loaded machine (seen once: none merged)
                         batch_wait_timeout_s=0.05,
-                        methods=["selfrag", "crag"], generator_cpus=0.25, min_replicas=2, max_replicas=3,
+                        methods=["selfrag", "crag", "self_reasoning"], generator_cpus=0.25, min_replicas=2, max_replicas=3,
                         target_ongoing_requests=1.0, max_ongoing_requests=2,
                         max_queued_requests=8, max_top_k=3, max_beam_width=2, max_depth_limit=2,
                         max_tokens_limit=16, max_prompt_chars=300, max_body_bytes=4096)
     selfrag = SelfRAGSettings(beam_width=2, max_depth=2, max_new_tokens=8)
     crag = CRAGSettings(max_new_tokens=8, upper=0.0, lower=-0.2)
-    return RaypipeConfig(serve=serve, engine=EngineConfig(kind="hf"), methods=MethodsConfig(selfrag=selfrag, crag=crag),
+    methods = MethodsConfig(selfrag=selfrag, crag=crag, self_reasoning=SelfReasoningSettings(max_new_tokens=8))
+    return RaypipeConfig(serve=serve, engine=EngineConfig(kind="hf"), methods=methods,
                          retrieval=index_cfg,
                          crag=CRAGConfig(lm=str(tiny_model_dir), evaluator=EvaluatorConfig(path=str(evaluator_dir))))
 
@@ -253,6 +256,22 @@ def test_served_crag_request_through_the_openai_client(url):
     if trace["action"] != "correct":
         assert trace["web_query"] and trace["web"]["error"] is None
     assert extras["timings"]["evaluator_calls"] >= 1 and extras["timings"]["retrieval_calls"] == 1
+
+
+def test_served_self_reasoning_request_traces_its_documents_and_parse(client, passage_ids):
+    """One search and one generation; the trace numbers the shown documents as the prompt did. The
+    untrained tiny model's 8 tokens are no trajectory: answered from the tail, the reason in the trace."""
+    r = client.post("/v1/generate", json={"instruction": "Where was the painter born?", "method": "self_reasoning",
+                                          "top_k": 2, "doc_order": "shuffled", "text": "analysis"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["method"] == "self_reasoning" and body["retrieval_count"] == 1
+    documents = body["trace"]["documents"]
+    assert [d["n"] for d in documents] == [1, 2] and {d["id"] for d in documents} <= passage_ids
+    assert body["trace"]["parse_reason"] and body["trace"]["trajectory"] is None and body["citations"] == []
+    assert body["timings"]["retrieval_calls"] == 1 and body["timings"]["generation_calls"] == 1
+    refused = client.post("/v1/generate", json={"instruction": "q", "method": "self_reasoning", "text": "essay"})
+    assert refused.status_code == 422 and refused.json()["error"]["param"] == "text"
 
 
 def test_concurrent_requests_share_engine_calls(url):

@@ -150,3 +150,61 @@ def test_a_moved_key_from_set_blames_the_set_not_the_file(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_config(path, ["decode.top_k=3"])
     assert str(err.value) == "--set decode.top_k=3: this key moved to retrieval.top_k"
+
+
+def test_a_file_extends_another_key_by_key(tmp_path):
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "a.yaml").write_text("run_dir: runs/a\nretrieval: {top_k: 7, index: {factory: Flat}}\n"
+                                              "eval: {methods: [selfrag, rag]}\n")
+    (tmp_path / "b.yaml").write_text("extends: base/a.yaml\nretrieval: {index: {nprobe: 3}}\n"
+                                     "eval: {methods: [rag]}\n")
+    cfg = load_config(tmp_path / "b.yaml", ["retrieval.top_k=2"])
+    # mappings merge, lists and scalars replace, --set wins over both files
+    assert (cfg.run_dir, cfg.retrieval.index.factory, cfg.retrieval.index.nprobe) == ("runs/a", "Flat", 3)
+    assert cfg.eval.methods == ["rag"] and cfg.retrieval.top_k == 2
+
+
+def test_a_missing_or_circular_parent_names_the_files(tmp_path):
+    (tmp_path / "orphan.yaml").write_text("extends: gone.yaml\n")
+    with pytest.raises(ConfigError, match=r"gone\.yaml \(extended by .*orphan\.yaml\)"):
+        load_config(tmp_path / "orphan.yaml")
+    (tmp_path / "x.yaml").write_text("extends: y.yaml\n")
+    (tmp_path / "y.yaml").write_text("extends: x.yaml\n")
+    with pytest.raises(ConfigError, match="extends itself"):
+        load_config(tmp_path / "x.yaml")
+    (tmp_path / "list.yaml").write_text("extends: [x.yaml]\n")
+    with pytest.raises(ConfigError, match="list.yaml: extends must be a file path"):
+        load_config(tmp_path / "list.yaml")
+
+
+#: Self-Reasoning's Table 2 ablations: file -> (trajectory processes, stage names, quality control on)
+SR_ABLATIONS = {
+    "wo_rap": (["evidence", "analysis"], ["eap", "all"], True),
+    "wo_eap": (["relevance", "analysis"], ["rap", "all"], True),
+    "wo_tap": (["relevance", "evidence"], ["rap", "rap_eap", "all"], True),
+    "wo_gl": (["relevance", "evidence", "analysis"], ["all"], True),
+    "wo_qc": (["relevance", "evidence", "analysis"], ["rap", "rap_eap", "all"], False),
+}
+
+
+def test_self_reasoning_ablation_configs_change_one_thing_and_write_apart():
+    base = load_config(ROOT / "configs" / "self_reasoning.yaml")
+    models = {base.training.self_reasoning.out_dir}
+    for name, (processes, stages, qc) in SR_ABLATIONS.items():
+        cfg = load_config(ROOT / "configs" / "self_reasoning_ablations" / f"{name}.yaml")
+        sr = cfg.training.self_reasoning
+        assert (cfg.methods.self_reasoning.processes, [s.name for s in sr.stages], cfg.trajectories.qc.enabled) == \
+            (processes, stages, qc), name
+        # the same world, index, base model and questions as the method's own run
+        assert (cfg.world, cfg.retrieval, sr.base_model, cfg.eval.eval_sets) == \
+            (base.world, base.retrieval, base.training.self_reasoning.base_model, base.eval.eval_sets), name
+        assert cfg.eval.generator == sr.out_dir and sr.out_dir not in models, name
+        models.add(sr.out_dir)
+        # w/o GL trains on the method's own trajectories; every other ablation writes its own
+        assert (sr.data == base.training.self_reasoning.data) == (name == "wo_gl"), name
+
+
+@pytest.mark.parametrize("processes", [[], ["evidence", "relevance"], ["analysis", "analysis"], ["answer"]])
+def test_trajectory_processes_must_be_distinct_and_in_order(processes):
+    with pytest.raises(ConfigError, match="methods.self_reasoning.processes"):
+        load_config(None, [f"methods.self_reasoning.processes={processes}"])

@@ -275,6 +275,20 @@ def test_rag_reads_raw_passages_and_engine_generator_uses_the_selfrag_format():
     assert r.text == "engine answer"  # reflection tokens removed
 
 
+def test_direct_answers_without_retrieval_with_either_generator():
+    from raypipe.config import DirectSettings
+    from raypipe.methods.direct import Direct
+
+    t, _, _, lm, engine = tools()
+    t.retriever = None  # never searched: a direct answer needs no retriever
+    [r] = Direct(t).decode([MethodRequest("Cy|worked")], DirectSettings(), top_k=5)
+    assert lm.calls[0][0].startswith("Cy|worked") and "Knowledge" not in lm.calls[0][0]
+    assert (r.text, r.n_retrievals, r.citations) == ("answer", 0, [])
+    [r] = Direct(t).decode([MethodRequest("Cy|worked")], DirectSettings(generator="engine"), top_k=5)
+    assert engine.calls[0][0] == "### Instruction:\nCy|worked\n\n### Response:\n" and r.text == "engine answer"
+    assert Direct.uses(DirectSettings()) == {"lm"}
+
+
 def test_closed_set_answers_map_to_an_option():
     t, *_ = tools()
     t.lm = FakeEngine(lambda p: "kw x" if "keywords" in p else "False, it is not.")

@@ -124,3 +124,38 @@ def test_prompts_number_documents_from_one():
     assert "[1] Alpha: first text\n[2] Beta: second text" in fact
     assert "output NOT ENOUGH INFO.\n\nX was born in 1700." in fact
     assert "short answer(no more than 10 words)" in teacher_instruction("qa", "Q?", docs)
+
+
+ANSWER = "Final Answer: 2002"
+
+
+@pytest.mark.parametrize(("processes", "text", "expected"), [
+    # w/o RAP: relevant because something is cited; no reason
+    (["evidence", "analysis"], EAP + TAP,
+     Trajectory(True, "", TRAJECTORY.cites, TRAJECTORY.analysis, "2002")),
+    # w/o EAP: relevant with no snippet is not an error
+    (["relevance", "analysis"], RAP + TAP,
+     Trajectory(True, TRAJECTORY.relevant_reason, (), TRAJECTORY.analysis, "2002")),
+    # w/o TAP: the short answer stays, the analysis goes
+    (["relevance", "evidence"], RAP + EAP + ANSWER,
+     Trajectory(True, TRAJECTORY.relevant_reason, TRAJECTORY.cites, "", "2002")),
+])
+def test_an_ablation_leaves_its_process_out_of_the_text_and_the_parse(processes, text, expected):
+    assert format_trajectory(TRAJECTORY, processes) == text
+    assert parse_trajectory(text, 5, processes=processes) == expected
+    with pytest.raises(TrajectoryParseError):  # a model trained on one format is held to it
+        parse_trajectory(TEXT, 5, processes=processes)
+
+
+def test_without_rap_an_uncited_trajectory_answers_from_internal_knowledge():
+    t = parse_trajectory("Analysis: From what I know, 1630.\nFinal Answer: 1630", 5, processes=["evidence", "analysis"])
+    assert (t.relevant, t.cites, t.answer) == (False, (), "1630")
+
+
+@pytest.mark.parametrize(("stage", "kept"), [("rap", RAP), ("rap_eap", RAP + EAP), ("all", RAP + EAP + ANSWER)])
+def test_without_tap_the_last_stage_adds_the_final_answer(stage, kept):
+    """w/o TAP: the answer line is TAP's place in the trajectory, so stage 2 does not train it."""
+    prompt = format_prompt("When was it made?", [Doc("p1", "Film", "Made in 2002.")])
+    enc = encode_example(prompt, RAP + EAP + ANSWER, CharTokenizer(), STAGE_MASKS[stage], max_length=4096)
+    in_loss = "".join(chr(t) for t in enc.labels if t not in (IGNORE_INDEX, CharTokenizer.eos_token_id))
+    assert in_loss == kept

@@ -145,3 +145,16 @@ def test_registry_variants_config_and_serving_controls():
     assert (settings.max_new_tokens, settings.text) == (64, "analysis")
     with pytest.raises(ValueError):
         CONTROLS["self_reasoning"](noise_fraction=2.0)
+
+
+def test_an_ablation_model_is_parsed_in_its_own_format():
+    """w/o TAP: the trajectory has no analysis, so a long-form request gets the short answer; the full
+    format's text is a parse failure for it."""
+    no_tap = {"When was Ada born?": "Relevant: True\nRelevant Reason: about Ada.\n"
+                                    "Cite content: [2] Ada was born in 1815.\nReason to cite: the year.\nFinal Answer: 1815"}
+    settings = SelfReasoningSettings(processes=["relevance", "evidence"])
+    method = SelfReasoning(Tools(engine=ScriptedEngine(no_tap), retriever=FakeSearcher(CORPUS)))
+    [r] = method.decode([MethodRequest("When was Ada born?", long_form=True)], settings, 5)
+    assert (r.text, [c.passage_id for c in r.citations], r.trace["trajectory"]["analysis"]) == ("1815", ["p11"], "")
+    full, *_ = run(["When was Ada born?"], settings)
+    assert full.parse_failures == {"unexpected_line": 1}

@@ -21,6 +21,12 @@ Process"). The fact-verification answer is SUPPORT, REFUTE or NOT ENOUGH INFO (F
 Ours: the one-field-per-line layout is strict (values are single lines; newlines inside a value are
 flattened when formatting), a relevant trajectory must cite at least one snippet, and every cited
 number must name a shown document.
+
+Table 2's ablations "w/o RAP", "w/o EAP" and "w/o TAP" train and decode a trajectory that leaves a
+process out: `format_trajectory` and `parse_trajectory` take the `processes` a trajectory holds. The
+short answer (`Final Answer`) is always written, since the model must answer; "w/o TAP" drops the
+analysis. Ours (the paper does not say): without RAP, a trajectory counts as relevant when it cites a
+document, and its answer comes from internal knowledge otherwise.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from raypipe.config import TrajectoryProcess as Process
 from raypipe.prompts import SELFRAG_PROMPT, GeneratorPrompt
 
 # --- field labels (Figure 7) -------------------------------------------------------------------------
@@ -41,9 +48,11 @@ CITE_REASON_FIELD = "Reason to cite:"
 ANALYSIS_FIELD = "Analysis:"
 ANSWER_FIELD = "Final Answer:"
 
-#: the three processes, in trajectory order, and the label each one starts with
-Process = Literal["relevance", "evidence", "analysis"]
+#: the three processes (`Process`: relevance, evidence, analysis), in trajectory order, and the label
+#: each one starts with
 PROCESS_START: dict[str, str] = {"relevance": RELEVANT_FIELD, "evidence": CITE_FIELD, "analysis": ANALYSIS_FIELD}
+#: every process: the full trajectory (Table 2's ablations leave one out)
+ALL_PROCESSES: tuple[Process, ...] = ("relevance", "evidence", "analysis")
 #: the span kinds each gradual-training stage excludes from the loss (Self-Reasoning §"Model Training":
 #: stage 1 masks EAP and TAP, stage 2 masks TAP, stage 3 trains on everything); the prompt is always masked
 STAGE_MASKS: dict[str, list[str]] = {
@@ -116,13 +125,18 @@ def citations_in(text: str) -> list[tuple[int, ...]]:
     return [tuple(int(n) for n in m.group(1).split(",")) for m in _CITATION.finditer(text)]
 
 
-def format_trajectory(t: Trajectory) -> str:
-    """The trajectory as the model writes it (see the module docstring); `parse_trajectory` inverts it."""
-    lines = [f"{RELEVANT_FIELD} {t.relevant}", f"{RELEVANT_REASON_FIELD} {_one_line(t.relevant_reason)}"]
-    for c in t.cites:
-        lines.append(f"{CITE_FIELD} {citation_mark(c.docs)} {_one_line(c.content)}")
-        lines.append(f"{CITE_REASON_FIELD} {_one_line(c.reason)}")
-    lines.append(f"{ANALYSIS_FIELD} {_one_line(t.analysis)}")
+def format_trajectory(t: Trajectory, processes: Sequence[Process] = ALL_PROCESSES) -> str:
+    """The trajectory as the model writes it (see the module docstring), with only the fields of
+    `processes` and the final answer; `parse_trajectory` with the same `processes` inverts it."""
+    lines = []
+    if "relevance" in processes:
+        lines += [f"{RELEVANT_FIELD} {t.relevant}", f"{RELEVANT_REASON_FIELD} {_one_line(t.relevant_reason)}"]
+    if "evidence" in processes:
+        for c in t.cites:
+            lines.append(f"{CITE_FIELD} {citation_mark(c.docs)} {_one_line(c.content)}")
+            lines.append(f"{CITE_REASON_FIELD} {_one_line(c.reason)}")
+    if "analysis" in processes:
+        lines.append(f"{ANALYSIS_FIELD} {_one_line(t.analysis)}")
     lines.append(f"{ANSWER_FIELD} {_one_line(t.answer)}")
     return "\n".join(lines)
 
@@ -142,11 +156,14 @@ def _check_numbers(numbers: Sequence[int], n_docs: int, where: str) -> None:
         raise TrajectoryParseError("bad_citation", f"{where}: cites {bad}, but only [1]..[{n_docs}] were shown")
 
 
-def parse_trajectory(text: str, n_docs: int, answers: Sequence[str] | None = None) -> Trajectory:
-    """The trajectory in `text`, or TrajectoryParseError. Strict: the fields in order, one per line,
-    none empty, `Relevant` True or False, at least one cited snippet when relevant, every cited
-    number within [1, n_docs], nothing after the final answer; `answers` (when given) are the only
-    accepted short answers (fact verification: `FACT_ANSWERS`), compared case-insensitively."""
+def parse_trajectory(text: str, n_docs: int, answers: Sequence[str] | None = None,
+                     processes: Sequence[Process] = ALL_PROCESSES) -> Trajectory:
+    """The trajectory in `text`, or TrajectoryParseError. Strict: the fields of `processes` and the
+    final answer in order, one per line, none empty, `Relevant` True or False, at least one cited
+    snippet when relevant (with RAP and EAP both in the format), every cited number within
+    [1, n_docs], nothing after the final answer; `answers` (when given) are the only accepted short
+    answers (fact verification: `FACT_ANSWERS`), compared case-insensitively. A process left out of
+    the format reads as empty (no RAP: relevant when anything is cited)."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     if not lines:
         raise TrajectoryParseError("empty", "no text")
@@ -160,13 +177,15 @@ def parse_trajectory(text: str, n_docs: int, answers: Sequence[str] | None = Non
         pos += 1
         return value
 
-    flag = take(RELEVANT_FIELD)
-    if flag.lower() not in ("true", "false"):
-        raise TrajectoryParseError("bad_relevant", f"{RELEVANT_FIELD!r} must be True or False, got {flag[:40]!r}")
-    relevant = flag.lower() == "true"
-    reason = take(RELEVANT_REASON_FIELD)
+    relevant, reason = None, ""
+    if "relevance" in processes:
+        flag = take(RELEVANT_FIELD)
+        if flag.lower() not in ("true", "false"):
+            raise TrajectoryParseError("bad_relevant", f"{RELEVANT_FIELD!r} must be True or False, got {flag[:40]!r}")
+        relevant = flag.lower() == "true"
+        reason = take(RELEVANT_REASON_FIELD)
     cites: list[Cite] = []
-    while pos < len(lines) and lines[pos].startswith(CITE_FIELD):
+    while "evidence" in processes and pos < len(lines) and lines[pos].startswith(CITE_FIELD):
         where = f"line {pos + 1}"
         content = take(CITE_FIELD)
         mark = _LEADING_CITATION.match(content)
@@ -178,9 +197,9 @@ def parse_trajectory(text: str, n_docs: int, answers: Sequence[str] | None = Non
         if not snippet:
             raise TrajectoryParseError("empty_field", f"{where}: the cited snippet is empty")
         cites.append(Cite(docs, snippet, take(CITE_REASON_FIELD)))
-    if relevant and not cites:
+    if relevant and not cites and "evidence" in processes:
         raise TrajectoryParseError("no_evidence", "relevant documents but no cited snippet")
-    analysis = take(ANALYSIS_FIELD)
+    analysis = take(ANALYSIS_FIELD) if "analysis" in processes else ""
     for numbers in citations_in(analysis):
         _check_numbers(numbers, n_docs, "analysis")
     answer = take(ANSWER_FIELD)
@@ -191,6 +210,8 @@ def parse_trajectory(text: str, n_docs: int, answers: Sequence[str] | None = Non
         if answer.lower() not in canon:
             raise TrajectoryParseError("bad_answer", f"answer {answer[:40]!r} is not one of {list(answers)}")
         answer = canon[answer.lower()]
+    if relevant is None:
+        relevant = bool(cites or citations_in(analysis))
     return Trajectory(relevant, reason, tuple(cites), analysis, answer)
 
 
@@ -228,16 +249,25 @@ def _line_start_find(text: str, label: str, start: int = 0) -> int:
     return -1
 
 
+def _process_start(process: str, target: str, start: int = 0) -> int:
+    """Where `process` starts in `target` at or after `start`, or -1. TAP starts at the analysis, or at
+    the final answer in a format without the analysis ("w/o TAP")."""
+    hit = _line_start_find(target, PROCESS_START[process], start)
+    if process == "analysis" and hit < 0:
+        hit = _line_start_find(target, ANSWER_FIELD, start)
+    return hit
+
+
 def process_span(process: str, target: str) -> tuple[int, int] | None:
     """[start, end) of one process in a trajectory: from the line its first label starts to the line
     the next process starts (RAP ends at the first cited snippet, or at the analysis when there is
     none; TAP runs to the end and holds the final answer). None when the process is absent (EAP of
-    an all-irrelevant trajectory)."""
-    start = _line_start_find(target, PROCESS_START[process])
+    an all-irrelevant trajectory, or a process the format leaves out)."""
+    start = _process_start(process, target)
     if start < 0:
         return None
     later = list(PROCESS_START)[list(PROCESS_START).index(process) + 1:]
-    ends = [e for p in later if (e := _line_start_find(target, PROCESS_START[p], start + 1)) >= 0]
+    ends = [e for p in later if (e := _process_start(p, target, start + 1)) >= 0]
     return start, min(ends, default=len(target))
 
 

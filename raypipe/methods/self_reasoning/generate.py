@@ -32,7 +32,7 @@ import logging
 import random
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,9 @@ from raypipe.critic.stable import stable_uniforms
 from raypipe.data.io import read_records, write_jsonl, write_parquet
 from raypipe.errors import DataError, RaypipeError
 from raypipe.methods.self_reasoning.format import (
+    ALL_PROCESSES,
     Doc,
+    Process,
     TrajectoryParseError,
     answers_for,
     format_documents,
@@ -127,9 +129,12 @@ def build_items(questions: list[Question], docs: dict[str, list[Doc]], cfg: Traj
     return items
 
 
-def judge_reply(item: TrajectoryItem, reply: Reply, checker: SupportChecker, qc: QualityConfig) -> dict[str, Any]:
+def judge_reply(item: TrajectoryItem, reply: Reply, checker: SupportChecker, qc: QualityConfig,
+                processes: Sequence[Process] = ALL_PROCESSES) -> dict[str, Any]:
     """The row for one item: the reply, its parse outcome (`ok` or the reason it was discarded), the
-    canonical trajectory text and the QC verdict (for parsed replies)."""
+    training target (the trajectory written with `processes`: all three, or Table 2's ablations
+    without one) and the QC verdict (for parsed replies). The teacher always writes every process:
+    quality control judges the whole trajectory."""
     row: dict[str, Any] = {"id": item.id, "item": item.to_json(), "reply": reply.text, "error": reply.error,
                            "parse": None, "target": None, "verdict": None}
     if reply.text is None:
@@ -141,7 +146,7 @@ def judge_reply(item: TrajectoryItem, reply: Reply, checker: SupportChecker, qc:
         row["parse"] = exc.reason
         return row
     row["parse"] = "ok"
-    row["target"] = format_trajectory(trajectory)
+    row["target"] = format_trajectory(trajectory, processes)
     row["verdict"] = json.dumps(quality_control(item, trajectory, checker, qc).as_dict())
     return row
 
@@ -149,14 +154,14 @@ def judge_reply(item: TrajectoryItem, reply: Reply, checker: SupportChecker, qc:
 class TeachBatch:
     """Ray Data actor: `batch["item"]` (TrajectoryItem JSON) -> one judged row per item."""
 
-    def __init__(self, cfg: TrajectoryConfig, out_dir: str):
-        self.cfg = cfg
+    def __init__(self, cfg: TrajectoryConfig, out_dir: str, processes: Sequence[Process]):
+        self.cfg, self.processes = cfg, processes
         self.teacher = make_teacher(cfg.teacher, Path(out_dir))
         self.checker = make_checker(cfg.qc)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list]:
         items = [TrajectoryItem.from_json(str(text)) for text in batch["item"]]
-        rows = [judge_reply(item, reply, self.checker, self.cfg.qc)
+        rows = [judge_reply(item, reply, self.checker, self.cfg.qc, self.processes)
                 for item, reply in zip(items, self.teacher.teach(items), strict=True)]
         return {key: [r[key] for r in rows] for key in rows[0]} if rows else {}
 
@@ -223,7 +228,8 @@ def run_trajectories(cfg: RaypipeConfig, searcher_factory: SearcherFactory | Non
     items = build_items(questions, docs, tc)
     teacher = tc.teacher
     judged = ray.data.from_items([{"item": i.to_json()} for i in items]).map_batches(
-        TeachBatch, fn_constructor_kwargs={"cfg": tc, "out_dir": str(out)},
+        TeachBatch, fn_constructor_kwargs={"cfg": tc, "out_dir": str(out),
+                                           "processes": cfg.methods.self_reasoning.processes},
         compute=ray.data.ActorPoolStrategy(size=1), batch_size=tc.batch_size, num_cpus=tc.actor_cpus)
     rows = sorted(judged.iter_rows(), key=lambda r: r["id"])
     write_jsonl(rows, out / "trajectories.jsonl")
@@ -235,7 +241,8 @@ def run_trajectories(cfg: RaypipeConfig, searcher_factory: SearcherFactory | Non
     flow = funnel(rows)
     flow["overall"]["kept"] = len(kept)
     stats = {"out_dir": str(out), "teacher": teacher.kind, "error_rate": teacher.error_rate if teacher.kind == "oracle"
-             else None, "checker": tc.qc.checker, "questions": len(questions),
+             else None, "checker": tc.qc.checker, "processes": cfg.methods.self_reasoning.processes,
+             "questions": len(questions),
              "no_documents": len(questions) - sum(bool(docs.get(q.instance_id)) for q in questions),
              "items": len(items), "negatives": sum(i.negative for i in items), "funnel": flow,
              "kept_per_task": dict(Counter(r["task"] for r in kept)),

@@ -7,7 +7,8 @@ their facts are only in the passages): each row is a long-form row of `raypipe e
 the citation metrics need (`sentences` with their supporting passages and facts,
 `relevant_passages`, `entity`). The world writes the same rows as its `heldout_longform` split.
 
-`longform_metrics` scores a predictions file of `raypipe eval` on that set, for any method:
+`longform_metrics` scores a predictions file of `raypipe eval` on that set, for any method (`raypipe
+eval` does so for every long-form set whose rows carry this ground truth: `has_citation_truth`):
 Self-Reasoning's statements are the analysis' sentences with their [n] marks (numbers mapped to the
 documents of its trace); Self-RAG's are its segments, each citing the passage it was generated from;
 a method with neither (plain RAG) has statements without citations (recall 0). Support is judged by
@@ -54,6 +55,22 @@ def write_longform_set(world_cfg: WorldConfig, path: str | Path, n: int, seed: i
     return write_jsonl(rows, path)
 
 
+#: the fields of a long-form row the citation metrics read (the world's `heldout_longform` rows)
+TRUTH_FIELDS = ("entity", "sentences", "relevant_passages", "answers")
+
+
+def has_citation_truth(eval_set: str | Path) -> bool:
+    """Whether a long-form eval set's first row carries the ground truth the citation metrics need
+    (the world's biographies do; the papers' released long-form files do not)."""
+    with Path(eval_set).open(encoding="utf-8") as fh:
+        first = next((line for line in fh if line.strip()), None)
+    try:
+        row = json.loads(first) if first else None
+    except json.JSONDecodeError:
+        return False
+    return isinstance(row, dict) and all(k in row for k in TRUTH_FIELDS)
+
+
 def _passage_texts(passages: str | Path, wanted: set[str]) -> dict[str, Doc]:
     table = pq.read_table(passages, columns=["id", "title", "text"])
     return {r["id"]: Doc(r["id"], r["title"], r["text"]) for r in table.to_pylist() if r["id"] in wanted}
@@ -78,12 +95,13 @@ def _scores_selfrag(segments: list[dict[str, Any]], docs: dict[str, Doc], item: 
 
 
 def longform_metrics(predictions: str | Path, longform_set: str | Path, passages: str | Path,
-                     checker: SupportChecker | None = None) -> dict[str, Any]:
+                     checker: SupportChecker | None = None, set_name: str | None = None) -> dict[str, Any]:
     """EM recall, citation recall and citation precision (means over the set's items) of one
-    predictions file of `raypipe eval`."""
+    predictions file of `raypipe eval` (its rows of `set_name` only, when given)."""
     checker = checker or WorldChecker()
     truth = {r["id"]: r for r in map(json.loads, Path(longform_set).read_text().splitlines()) if r}
-    rows = [r for r in map(json.loads, Path(predictions).read_text().splitlines()) if r.get("id") in truth]
+    rows = [r for r in map(json.loads, Path(predictions).read_text().splitlines())
+            if r.get("id") in truth and (set_name is None or r.get("set") == set_name)]
     wanted = {d["id"] for r in rows for d in r.get("trace", {}).get("documents", [])}
     wanted |= {(s.get("citation") or {}).get("passage_id") for r in rows for s in r.get("trace", {}).get("segments", [])}
     docs = _passage_texts(passages, {w for w in wanted if w})

@@ -99,7 +99,7 @@ class SelfReasoning(Method[SelfReasoningSettings]):
         answers = FACT_ANSWERS if _is_verdict(request.options) else None
         trajectory: Trajectory | None = None
         try:
-            trajectory = parse_trajectory(raw, len(docs), answers)
+            trajectory = parse_trajectory(raw, len(docs), answers, settings.processes)
         except TrajectoryParseError as exc:
             self.parse_failures[exc.reason] += 1
             trace.update(parse_error=str(exc), parse_reason=exc.reason, trajectory=None)
@@ -111,7 +111,7 @@ class SelfReasoning(Method[SelfReasoningSettings]):
             trace.update(trajectory=trajectory.as_dict(), internal_knowledge=not trajectory.relevant)
             answer = trajectory.answer
             long = settings.text == "analysis" or (settings.text == "auto" and request.long_form)
-            text = trajectory.analysis if long else answer
+            text = (trajectory.analysis or answer) if long else answer  # no analysis: w/o TAP
             cited = trajectory.cited_docs() if trajectory.relevant else []
             citations = list({docs[n - 1].id: Citation(docs[n - 1].id, docs[n - 1].title) for n in cited}.values())
         result = MethodResult(text=text, citations=citations, n_retrievals=1, trace=trace)

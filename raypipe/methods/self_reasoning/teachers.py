@@ -260,7 +260,7 @@ class OpenAITrajectoryTeacher(TrajectoryTeacher):
         self.client.close()
 
     def _post(self, item: TrajectoryItem) -> str:
-        payload = {"model": self.cfg.model, "messages": teacher_messages(item),
+        payload = {**self.cfg.extra_body, "model": self.cfg.model, "messages": teacher_messages(item),
                    "temperature": self.cfg.temperature, "max_tokens": self.cfg.max_tokens}
         try:
             response = self.retry.send(lambda: self.client.post(self.url, json=payload), what=f"item {item.id}")
