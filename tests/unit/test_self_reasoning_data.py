@@ -5,6 +5,7 @@ negatives, and the funnel."""
 from __future__ import annotations
 
 import json
+import re
 
 import httpx
 import pytest
@@ -22,8 +23,16 @@ from raypipe.methods.self_reasoning.format import (
 )
 from raypipe.methods.self_reasoning.generate import build_items, funnel, judge_reply, sample_questions
 from raypipe.methods.self_reasoning.items import Question, TrajectoryItem, make_item
-from raypipe.methods.self_reasoning.quality import WorldChecker, citation_scores, quality_control
+from raypipe.methods.self_reasoning.quality import (
+    CriticChecker,
+    SupportQuery,
+    WorldChecker,
+    citation_scores,
+    quality_control,
+)
 from raypipe.methods.self_reasoning.teachers import ERROR_KINDS, OpenAITrajectoryTeacher, OracleTeacher, Reply
+from raypipe.prompts import Aspect
+from raypipe.tokens import FULLY_SUPPORTED, NO_SUPPORT, PARTIALLY_SUPPORTED
 
 BIRTH = Doc("p1", "Margit Wesburn", "Margit Wesburn (1628) was a Koradian painter born in Umeikar.")
 CAREER = Doc("p2", "Margit Wesburn", "She worked at the Yarski Gallery. She lived in Ambiport.")
@@ -170,11 +179,13 @@ def test_openai_teacher_sends_figure_5_caches_replies_and_resumes(tmp_path):
         text = good if len(seen) == 1 else "I cannot help with that."
         return httpx.Response(200, json={"choices": [{"message": {"content": text}}]})
 
-    cfg = TeacherConfig(kind="openai", base_url="http://teacher/v1", concurrency=1, retries=0)
+    cfg = TeacherConfig(kind="openai", base_url="http://teacher/v1", concurrency=1, retries=0,
+                        extra_body={"method": "direct", "model": "not-this-one"})
     items = [item, TrajectoryItem(**{**item.__dict__, "id": "i1|other"})]
     teacher = OpenAITrajectoryTeacher(cfg, tmp_path / "cache.jsonl", client=httpx.Client(transport=httpx.MockTransport(handler)))
     replies = teacher.teach(items)
     prompt = seen[0]["messages"][0]["content"]
+    assert (seen[0]["method"], seen[0]["model"]) == ("direct", cfg.model)  # extra_body rides along, never wins
     assert "# Reference Evidence\n[1] Margit Wesburn: Margit Wesburn (1628)" in prompt
     assert "Write a short biography of Margit Wesburn." in prompt
     rows = [judge_reply(i, r, WorldChecker(), QC) for i, r in zip(items, replies, strict=True)]
@@ -235,3 +246,72 @@ def test_nli_checker_reads_the_entailment_class_from_the_model_labels(tmp_path):
     query = [SupportQuery("born in 1628", (BIRTH,), item)]
     assert NLIChecker(str(_tiny_nli(tmp_path / "yes", 5.0))).supports(query) == [True]
     assert NLIChecker(str(_tiny_nli(tmp_path / "no", -5.0))).supports(query) == [False]
+
+
+class WordOverlapCritic:
+    """A stub critic predictor: the IsSup distribution of an example puts the most probability on
+    [Fully supported] when every word of the output is in the evidence, on [Partially supported] when
+    at least half are, else on [No support / Contradictory]. Records every batch it is asked."""
+
+    def __init__(self):
+        self.calls: list[list] = []
+
+    def predict(self, examples):
+        self.calls.append(list(examples))
+        out = []
+        for ex in examples:
+            words = set(re.findall(r"\w+", ex.output.lower()))
+            share = len(words & set(re.findall(r"\w+", ex.evidence.lower()))) / len(words)
+            top = FULLY_SUPPORTED if share == 1 else PARTIALLY_SUPPORTED if share >= 0.5 else NO_SUPPORT
+            out.append({t: 0.6 if t == top else 0.2 for t in (NO_SUPPORT, PARTIALLY_SUPPORTED, FULLY_SUPPORTED)})
+        return out
+
+
+def test_critic_checker_asks_the_critics_is_sup_aspect_and_counts_only_the_supported_tokens():
+    item = bio_item()
+    queries = [
+        SupportQuery("She worked at the Yarski Gallery.", (CAREER,), item),  # every word in the document
+        SupportQuery("Margit Wesburn was born in Ambiport.", (BIRTH,), item),  # 5 words of 6: partial
+        SupportQuery("Dora Yarby was a film director.", (BIRTH, OTHER), item),  # in the second document
+        SupportQuery("Cats sleep all day.", (OTHER,), item),  # nothing in common
+        SupportQuery("She worked at the Yarski Gallery.", (), item),  # no document shown
+    ]
+    critic = WordOverlapCritic()
+    assert CriticChecker(critic, [FULLY_SUPPORTED]).supports(queries) == [True, False, True, False, False]
+    [examples] = critic.calls
+    assert [ex.aspect for ex in examples] == [Aspect.IS_SUP] * 5
+    assert {ex.instruction for ex in examples} == {item.question}
+    assert [ex.output for ex in examples] == [q.statement for q in queries]
+    assert examples[2].evidence == f"{BIRTH.title}\n{BIRTH.text}\n{OTHER.title}\n{OTHER.text}"
+    assert examples[0].evidence == f"{CAREER.title}\n{CAREER.text}"
+    assert CAREER.text not in examples[4].evidence  # (a critic example needs some evidence text)
+    # which tokens count as support is the caller's choice
+    lenient = CriticChecker(WordOverlapCritic(), [FULLY_SUPPORTED, PARTIALLY_SUPPORTED])
+    assert lenient.supports(queries) == [True, True, True, False, False]
+    # nothing to judge: no call to the critic
+    assert CriticChecker(critic, [FULLY_SUPPORTED]).supports([]) == []
+    assert len(critic.calls) == 1
+
+
+def test_alce_citation_scores_with_the_critic_checker():
+    item = bio_item()  # [1] BIRTH, [2] CAREER, [3] OTHER
+    answer = ("Margit Wesburn was a Koradian painter [1,3]. "  # [1] alone supports it: [3] is redundant
+              "She worked at the Yarski Gallery [2]. "  # supported by its one citation
+              "She lived in Umeikar [2]. "  # [2] says Ambiport: 3 words of 4, partial only
+              "She painted portraits. "  # no citation
+              "Margit Wesburn lived in Ambiport [1,2].")  # [2] alone supports it, [1] alone does not
+    critic = WordOverlapCritic()
+    scores = citation_scores(answer, item, CriticChecker(critic, [FULLY_SUPPORTED]))
+    # recall: statements 1, 2 and 5 of 5; precision: [1] of statement 1, [2] of 2, [2] of 5, of 6 citations
+    assert (scores.recall, scores.precision) == pytest.approx((3 / 5, 3 / 6))
+    assert (scores.n_statements, scores.n_citations) == (5, 6)
+    # the critic judged the cited statements without their citation marks, then each citation of the
+    # supported multi-citation statements alone and without it
+    assert [ex.output for ex in critic.calls[0]] == ["Margit Wesburn was a Koradian painter.",
+                                                     "She worked at the Yarski Gallery.", "She lived in Umeikar.",
+                                                     "Margit Wesburn lived in Ambiport."]
+    assert len(critic.calls) == 2 and len(critic.calls[1]) == 8
+    # partial support counted as support: statement 3 is supported and [1] of statement 5 alone
+    # (Margit Wesburn, in) partially is, so it is no longer redundant
+    lenient = citation_scores(answer, item, CriticChecker(WordOverlapCritic(), [FULLY_SUPPORTED, PARTIALLY_SUPPORTED]))
+    assert (lenient.recall, lenient.precision) == pytest.approx((4 / 5, 5 / 6))
