@@ -286,6 +286,17 @@ class QualityConfig(Section):
     #: `critic`: IsSup tokens that count as support; `nli`: entailment probability needed
     critic_supported: list[str] = ["[Fully supported]"]
     nli_threshold: float = Field(0.5, ge=0.0, le=1.0)
+
+    @field_validator("critic_supported")
+    @classmethod
+    def _is_sup_tokens(cls, value: list[str]) -> list[str]:
+        # a misspelt token would count nothing as support and silently drop every long-form row
+        from raypipe.tokens import GROUP_TOKENS, Group
+
+        known = GROUP_TOKENS[Group.IS_SUP]
+        if not value or any(v not in known for v in value):
+            raise ValueError(f"must be IsSup tokens among {list(known)}, at least one; got {value}")
+        return value
     min_citation_recall: float = Field(0.8, ge=0.0, le=1.0)
     min_citation_precision: float = Field(0.8, ge=0.0, le=1.0)
     #: long-form answer correctness (program P of Algorithm 1): share of the gold facts the analysis

@@ -55,6 +55,16 @@ def _validate(tc: TrainConfig, which: str) -> None:
                               f"known: {sorted(SPAN_KINDS)}")
 
 
+def _check_positions(tc: TrainConfig, which: str, base: str) -> None:
+    """A `max_length` beyond the base model's positions would fail as an index error deep in a Ray
+    Train worker's forward; fail here instead, naming both numbers."""
+    config = Path(base) / "config.json"
+    positions = json.loads(config.read_text()).get("max_position_embeddings") if config.is_file() else None
+    if isinstance(positions, int) and tc.max_length > positions:
+        raise ConfigError(f"training.{which}.max_length={tc.max_length} is over the {positions} positions of the "
+                          f"base model {base} (max_position_embeddings in {config})")
+
+
 def _use_gpu(tc: TrainConfig) -> bool:
     import ray
 
@@ -187,6 +197,7 @@ def run_train(cfg: RaypipeConfig, which: str) -> dict[str, Any]:
     base = str(Path(tc.base_model).resolve())
     # fail here, not inside a Ray task, on a missing or broken base model
     prompt_format = resolve_format(tc.prompt_format, base, load_tokenizer(base))
+    _check_positions(tc, which, base)
     ensure_ray(cfg.ray)
     stages: list[dict[str, Any]] = []
     for i, stage in enumerate(tc.stages):

@@ -208,3 +208,10 @@ def test_self_reasoning_ablation_configs_change_one_thing_and_write_apart():
 def test_trajectory_processes_must_be_distinct_and_in_order(processes):
     with pytest.raises(ConfigError, match="methods.self_reasoning.processes"):
         load_config(None, [f"methods.self_reasoning.processes={processes}"])
+
+
+def test_critic_support_tokens_must_be_is_sup_tokens():
+    with pytest.raises(ConfigError, match="trajectories.qc.critic_supported"):
+        load_config(None, ['trajectories.qc.critic_supported=["[Fully Supported]"]'])
+    cfg = load_config(None, ['trajectories.qc.critic_supported=["[Fully supported]", "[Partially supported]"]'])
+    assert cfg.trajectories.qc.critic_supported == ["[Fully supported]", "[Partially supported]"]

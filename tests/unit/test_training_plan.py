@@ -63,3 +63,19 @@ def test_overriding_one_generator_key_keeps_the_generator_defaults():
     assert generator.num_workers == 4
     assert generator.stages[0].mask == ["prompt", "paragraph"]  # Eq. 2, not the critic's mask
     assert generator.data.endswith("gen_data/data")
+
+
+def test_a_max_length_beyond_the_base_models_positions_fails_before_any_ray_work(tiny_model_dir, tmp_path):
+    import ray
+
+    from raypipe.training.trainer import run_train
+
+    positions = json.loads((tiny_model_dir / "config.json").read_text())["max_position_embeddings"]
+    cfg = load_config(None, [f"training.generator.base_model={tiny_model_dir}", f"training.generator.out_dir={tmp_path}",
+                             f"training.generator.max_length={positions + 1}",
+                             f"training.generator.deepspeed_config={REPO / 'configs/deepspeed/zero3.json'}"])
+    with pytest.raises(ConfigError, match=rf"training.generator.max_length={positions + 1} is over the {positions} "
+                                          "positions"):
+        run_train(cfg, "generator")
+    assert not ray.is_initialized()
+

@@ -83,14 +83,17 @@ class CriticChecker:
         return cls(make_predictor(path), supported)
 
     def supports(self, queries: Sequence[SupportQuery]) -> list[bool]:
+        """No documents (every citation out of range) is no support, as for the other checkers; the
+        critic judges the rest in one batch."""
         from raypipe.prompts import Aspect, CriticExample
 
-        if not queries:
-            return []
+        asked = [q for q in queries if q.docs]
+        if not asked:
+            return [False] * len(queries)
         examples = [CriticExample(Aspect.IS_SUP, q.item.question, output=q.statement,
-                                  evidence="\n".join(f"{d.title}\n{d.text}" for d in q.docs) or "(none)")
-                    for q in queries]
-        return [max(dist, key=dist.get) in self.supported for dist in self.predictor.predict(examples)]
+                                  evidence="\n".join(f"{d.title}\n{d.text}" for d in q.docs)) for q in asked]
+        verdicts = iter(max(dist, key=dist.get) in self.supported for dist in self.predictor.predict(examples))
+        return [bool(q.docs) and next(verdicts) for q in queries]
 
 
 class NLIChecker:
