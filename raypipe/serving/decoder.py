@@ -63,13 +63,20 @@ class Decoder:
                 timings[f"{label}_ms"] = clocks[name].seconds * 1000
                 timings[f"{label}_calls"] = clocks[name].calls
         return {**result.as_dict(), "timings": {k: round(v, 2) for k, v in timings.items()},
-                "usage": self._usage(request, result)}
+                "usage": self._usage(request, settings, result)}
 
-    def _usage(self, request: MethodRequest, result: MethodResult) -> dict[str, int]:
+    def _usage(self, request: MethodRequest, settings: MethodSettings, result: MethodResult) -> dict[str, int]:
         """Prompt tokens, and the tokens the model wrote for the answer (retrieved passages excluded:
-        a Self-RAG trace lists what each segment wrote)."""
-        prompt = self.prompt(request.instruction, request.input)
+        a Self-RAG trace lists what each segment wrote), in the tokens of the model that answered: a
+        plain generator set to `lm` (direct, rag, crag) is the instruct LM, prompted by its chat template."""
+        if getattr(settings, "generator", None) == "lm" and self.lm_tokenizer is not None:
+            from raypipe.methods.crag.generate import lm_user_turn
+            from raypipe.methods.crag.rewrite import chat_prompt
+
+            tokenizer, prompt = self.lm_tokenizer, chat_prompt(self.lm_tokenizer, lm_user_turn(request, ""))
+        else:
+            tokenizer, prompt = self.tokenizer, self.prompt(request.instruction, request.input)
         written = [s["raw"] for s in result.trace.get("segments", [])] or [result.text]
-        count = self.tokenizer(written, add_special_tokens=False)["input_ids"]
-        return {"prompt_tokens": len(self.tokenizer(prompt)["input_ids"]),
+        count = tokenizer(written, add_special_tokens=False)["input_ids"]
+        return {"prompt_tokens": len(tokenizer(prompt)["input_ids"]),
                 "completion_tokens": sum(len(ids) for ids in count)}

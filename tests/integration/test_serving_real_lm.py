@@ -61,13 +61,22 @@ def url(ray_cluster, smollm2_dir, tiny_model_dir):
         serve.shutdown()
 
 
-def test_the_served_instruct_lm_answers_a_plain_question(url):
-    r = httpx.post(f"{url}/v1/generate", json={"instruction": "What is the capital of France?"}, timeout=300)
+def test_the_served_instruct_lm_answers_a_plain_question(url, smollm2_dir):
+    from raypipe.models import load_tokenizer
+
+    question = "What is the capital of France?"
+    r = httpx.post(f"{url}/v1/generate", json={"instruction": question}, timeout=300)
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["method"] == "direct" and body["retrieval_count"] == 0 and body["citations"] == []
     assert "Paris" in body["text"]
     assert body["timings"]["lm_generation_calls"] == 1
+    # usage is in SmolLM2's tokens, its prompt the chat template (not the tiny generator's tokenizer)
+    tokenizer = load_tokenizer(smollm2_dir)
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
+                                           add_generation_prompt=True)
+    assert body["usage"]["prompt_tokens"] == len(tokenizer(prompt)["input_ids"])
+    assert body["usage"]["completion_tokens"] == len(tokenizer(body["text"], add_special_tokens=False)["input_ids"])
 
 
 def test_the_trajectory_teacher_runs_against_raypipes_own_server(url, tmp_path):

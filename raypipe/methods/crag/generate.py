@@ -37,7 +37,7 @@ def generate_answers(engine: Engine, kind: str, requests: Sequence[MethodRequest
                      max_new_tokens: int) -> list[MethodResult]:
     """One engine call for the batch; `kind` is `lm` (chat template) or `engine` (Self-RAG format)."""
     if kind == "lm":
-        prompts = [chat_prompt(engine, lm_user_turn(r, k)) for r, k in zip(requests, knowledge, strict=True)]
+        prompts = [chat_prompt(engine.tokenizer, lm_user_turn(r, k)) for r, k in zip(requests, knowledge, strict=True)]
     else:
         prompts = [engine_prompt(engine, r, k) for r, k in zip(requests, knowledge, strict=True)]
     params = GenerationParams(max_new_tokens=max_new_tokens, return_probs=False)

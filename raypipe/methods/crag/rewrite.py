@@ -18,7 +18,7 @@ import re
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import httpx
 
@@ -118,7 +118,7 @@ class LMRewriter:
         self.engine = engine
 
     def prompt(self, question: str) -> str:
-        return chat_prompt(self.engine, rewrite_prompt(question))
+        return chat_prompt(self.engine.tokenizer, rewrite_prompt(question))
 
     def rewrite(self, questions: Sequence[str]) -> list[Rewrite]:
         if not questions:
@@ -128,10 +128,9 @@ class LMRewriter:
         return [_from_reply(q, g.text) for q, g in zip(questions, generations, strict=True)]
 
 
-def chat_prompt(engine: Engine, user: str) -> str:
-    """`user` as the one user turn of the engine's chat template, ready for the assistant's reply; a
-    tokenizer without a template gets the text as it is."""
-    tokenizer = engine.tokenizer
+def chat_prompt(tokenizer: Any, user: str) -> str:
+    """`user` as the one user turn of the tokenizer's chat template, ready for the assistant's reply;
+    a tokenizer without a template gets the text as it is."""
     if not getattr(tokenizer, "chat_template", None):
         return user + "\n"
     return tokenizer.apply_chat_template([{"role": "user", "content": user}], tokenize=False,
