@@ -187,6 +187,10 @@ def _longform_citations(cfg: RaypipeConfig, predictions_dir: Path, variants: lis
             for name, path in sets.items()}
 
 
+def _pair(recall: float | None, precision: float | None) -> str:
+    return " / ".join("-" if x is None else f"{x:.2f}" for x in (recall, precision))
+
+
 def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None) -> dict[str, Any]:
     """Evaluate `cfg.eval.methods` with `cfg.eval.generator` on `cfg.eval.eval_sets`, every variant.
 
@@ -279,6 +283,9 @@ def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None
         "rejected rows": {name: r.n_rejected for name, r in reports.items()},
         "accuracy": metrics["accuracy"],
         "retrieval_frequency": metrics["retrieval_frequency"],
+        **({"citation recall / precision": {f"{name} {v}": _pair(m["citation_recall"], m["citation_precision"])
+                                            for name, by_variant in longform.items() for v, m in by_variant.items()}}
+           if longform else {}),
         "variants decoded": len(decode),
         "variants reused": len(variants) - len(decode),  # finished before, or the same as one decoded
         "plots": ", ".join(plots.values()) or "none",

@@ -104,6 +104,7 @@ def test_eval_of_an_untrained_model_answers_every_item(data_run, world_dir, tiny
     assert set(by_variant) == variants and all(m["n"] == 3 for m in by_variant.values())
     for name, m in by_variant.items():
         assert m == longform_metrics(predictions / f"{name}.jsonl", longform_set, world_dir / "passages")
+    assert set(stats["citation recall / precision"]) == {f"heldout_longform {v}" for v in variants}
 
 
 def _expected_encoding(tokenizer, texts: list[tuple[str, str]], stage: str, max_length: int) -> tuple[int, int]:
