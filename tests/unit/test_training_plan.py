@@ -74,8 +74,10 @@ def test_a_max_length_beyond_the_base_models_positions_fails_before_any_ray_work
     cfg = load_config(None, [f"training.generator.base_model={tiny_model_dir}", f"training.generator.out_dir={tmp_path}",
                              f"training.generator.max_length={positions + 1}",
                              f"training.generator.deepspeed_config={REPO / 'configs/deepspeed/zero3.json'}"])
+    started = ray.is_initialized()  # the integration tests' shared instance, when they ran first
     with pytest.raises(ConfigError, match=rf"training.generator.max_length={positions + 1} is over the {positions} "
                                           "positions"):
         run_train(cfg, "generator")
-    assert not ray.is_initialized()
+    assert ray.is_initialized() == started  # refused before Ray was started
+    assert not any(tmp_path.iterdir())  # and before any output was written
 
