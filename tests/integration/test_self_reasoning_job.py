@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from raypipe.config import RaypipeConfig
+from raypipe.errors import RaypipeError
 from raypipe.methods.self_reasoning.format import STAGE_MASKS, parse_trajectory, process_span
 from raypipe.methods.self_reasoning.generate import run_trajectories
 from raypipe.retrieval.keyword import KeywordSearcher
@@ -72,6 +73,11 @@ def test_a_finished_folder_is_not_redone(data_run):
     cfg, _, stats, factory = data_run
     again = run_trajectories(cfg, searcher_factory=factory)
     assert again["skipped"] and again["funnel"] == stats["funnel"]
+    # a finished folder of another trajectory format is refused, not reused as training data
+    ablation = cfg.model_copy(update={"methods": cfg.methods.model_copy(update={
+        "self_reasoning": cfg.methods.self_reasoning.model_copy(update={"processes": ["evidence", "analysis"]})})})
+    with pytest.raises(RaypipeError, match=r"processes \['relevance', 'evidence', 'analysis'\]"):
+        run_trajectories(ablation, searcher_factory=factory)
 
 
 def test_eval_of_an_untrained_model_answers_every_item(data_run, world_dir, tiny_model_dir, tmp_path):

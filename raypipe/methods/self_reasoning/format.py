@@ -34,7 +34,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from raypipe.config import TrajectoryProcess as Process
 from raypipe.prompts import SELFRAG_PROMPT, GeneratorPrompt
@@ -52,7 +52,7 @@ ANSWER_FIELD = "Final Answer:"
 #: each one starts with
 PROCESS_START: dict[str, str] = {"relevance": RELEVANT_FIELD, "evidence": CITE_FIELD, "analysis": ANALYSIS_FIELD}
 #: every process: the full trajectory (Table 2's ablations leave one out)
-ALL_PROCESSES: tuple[Process, ...] = ("relevance", "evidence", "analysis")
+ALL_PROCESSES: tuple[Process, ...] = get_args(Process)
 #: the span kinds each gradual-training stage excludes from the loss (Self-Reasoning §"Model Training":
 #: stage 1 masks EAP and TAP, stage 2 masks TAP, stage 3 trains on everything); the prompt is always masked
 STAGE_MASKS: dict[str, list[str]] = {

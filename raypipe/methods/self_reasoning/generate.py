@@ -22,7 +22,8 @@ Layout under `trajectories.out_dir`::
     rejects/                   instances that failed validation or have no trajectory task
     _SUCCESS
 
-A finished folder (`_SUCCESS`) is not redone; delete it to regenerate.
+A finished folder (`_SUCCESS`) is not redone; delete it to regenerate. One written with other
+`methods.self_reasoning.processes` (another trajectory format) is refused, never reused.
 """
 
 from __future__ import annotations
@@ -205,9 +206,16 @@ def run_trajectories(cfg: RaypipeConfig, searcher_factory: SearcherFactory | Non
     tc = cfg.trajectories
     out = Path(tc.out_dir)
     stats_path = out / "stats.json"
+    processes = cfg.methods.self_reasoning.processes
     if (out / "_SUCCESS").exists() and stats_path.exists():
+        done = json.loads(stats_path.read_text())
+        written = done.get("processes", list(ALL_PROCESSES))  # folders from before the setting: all three
+        if written != processes:
+            raise RaypipeError(f"{out} holds trajectories written with processes {written}, not "
+                               f"methods.self_reasoning.processes {processes}: set trajectories.out_dir to another "
+                               "folder, or delete this one to regenerate")
         logger.info("%s is complete (_SUCCESS); delete it to regenerate", out)
-        return {**json.loads(stats_path.read_text()), "skipped": True}
+        return {**done, "skipped": True}
     unknown = sorted(set(tc.datasets) - set(TASK_OF_DATASET))
     if unknown:
         raise RaypipeError(f"trajectories.datasets: {unknown} have no trajectory task; known: {sorted(TASK_OF_DATASET)}")
@@ -229,7 +237,7 @@ def run_trajectories(cfg: RaypipeConfig, searcher_factory: SearcherFactory | Non
     teacher = tc.teacher
     judged = ray.data.from_items([{"item": i.to_json()} for i in items]).map_batches(
         TeachBatch, fn_constructor_kwargs={"cfg": tc, "out_dir": str(out),
-                                           "processes": cfg.methods.self_reasoning.processes},
+                                           "processes": processes},
         compute=ray.data.ActorPoolStrategy(size=1), batch_size=tc.batch_size, num_cpus=tc.actor_cpus)
     rows = sorted(judged.iter_rows(), key=lambda r: r["id"])
     write_jsonl(rows, out / "trajectories.jsonl")
@@ -241,7 +249,7 @@ def run_trajectories(cfg: RaypipeConfig, searcher_factory: SearcherFactory | Non
     flow = funnel(rows)
     flow["overall"]["kept"] = len(kept)
     stats = {"out_dir": str(out), "teacher": teacher.kind, "error_rate": teacher.error_rate if teacher.kind == "oracle"
-             else None, "checker": tc.qc.checker, "processes": cfg.methods.self_reasoning.processes,
+             else None, "checker": tc.qc.checker, "processes": processes,
              "questions": len(questions),
              "no_documents": len(questions) - sum(bool(docs.get(q.instance_id)) for q in questions),
              "items": len(items), "negatives": sum(i.negative for i in items), "funnel": flow,
