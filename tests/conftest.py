@@ -48,6 +48,19 @@ def world_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def keyword_searcher(world_dir):
+    """A picklable factory of a word-overlap searcher over the world's passages: stands in for the
+    dense index wherever a test needs retrieval that finds the gold passages without an encoder."""
+    import functools
+
+    import pyarrow.parquet as pq
+
+    from raypipe.retrieval.keyword import KeywordSearcher
+
+    return functools.partial(KeywordSearcher, pq.read_table(world_dir / "passages").to_pylist())
+
+
+@pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory, world_dir) -> Path:
     """A tiny Llama + BPE tokenizer with the reflection tokens, trained on the world's texts."""
     from raypipe.config import TinyModelConfig

@@ -29,7 +29,7 @@ from typing import Any
 
 from raypipe.config import RaypipeConfig
 from raypipe.data.io import write_jsonl
-from raypipe.errors import DataError, ModelError
+from raypipe.errors import ConfigError, DataError, ModelError
 from raypipe.eval.datasets import EvalItem, read_eval_sets
 from raypipe.eval.metrics import judge, summarize
 from raypipe.eval.plots import plot_robustness, plot_threshold_sweep, plot_weight_sweep
@@ -168,16 +168,26 @@ def _sweep(per_set: dict[str, Any], variants: list[Variant], sweep: str, key: st
             for name, by_variant in per_set.items()}
 
 
-def _longform_citations(cfg: RaypipeConfig, predictions_dir: Path, variants: list[Variant],
-                        items: list[EvalItem]) -> dict[str, dict[str, Any]]:
-    """set -> variant -> EM recall, citation recall and precision (Self-Reasoning's long-form metrics)
-    for each long-form set whose rows carry the world's ground truth."""
-    from raypipe.methods.self_reasoning.longform import has_citation_truth, longform_metrics
+def _citation_sets(cfg: RaypipeConfig, items: list[EvalItem]) -> dict[str, str]:
+    """The long-form sets whose rows carry the world's ground truth (name -> file): Self-Reasoning's
+    citation metrics score them. Checked before decoding, since the scores read the cited passages'
+    texts from the passages table."""
+    from raypipe.methods.self_reasoning.longform import has_citation_truth
 
     longform = {item.set for item in items if item.task == "longform"}
     sets = {Path(p).stem: p for p in cfg.eval.eval_sets if Path(p).stem in longform and has_citation_truth(p)}
+    if sets and not Path(cfg.retrieval.index.passages).exists():
+        raise ConfigError(f"retrieval.index.passages: no passages table at {cfg.retrieval.index.passages}; the "
+                          f"citation metrics of {', '.join(sorted(sets))} read the cited passages from it")
+    return sets
+
+
+def _longform_citations(cfg: RaypipeConfig, predictions_dir: Path, variants: list[Variant],
+                        sets: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """set -> variant -> EM recall, citation recall and precision (Self-Reasoning's long-form metrics)."""
     if not sets:
         return {}
+    from raypipe.methods.self_reasoning.longform import longform_metrics
     from raypipe.methods.self_reasoning.quality import make_checker
 
     checker = make_checker(cfg.trajectories.qc)
@@ -209,6 +219,7 @@ def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None
     items, reports = read_eval_sets(cfg.eval.eval_sets, out / "rejects", cfg.eval.limit, cfg.eval.passages)
     if not items:
         raise DataError("no valid eval rows in any eval set", file=", ".join(cfg.eval.eval_sets))
+    citation_sets = _citation_sets(cfg, items)
     (out / "_SUCCESS").unlink(missing_ok=True)
     predictions_dir = out / "predictions"
     variants = eval_variants(cfg)
@@ -259,7 +270,7 @@ def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None
         robustness = robustness_metrics(plan, per_set, with_gold, predictions_dir, cfg.eval.robustness)
         if robustness["curves"]:
             plots["robustness"] = str(plot_robustness(robustness, out / ROBUSTNESS_PLOT))
-    longform = _longform_citations(cfg, predictions_dir, variants, items)
+    longform = _longform_citations(cfg, predictions_dir, variants, citation_sets)
     metrics = {
         "generator": cfg.eval.generator,
         "methods": cfg.eval.methods,

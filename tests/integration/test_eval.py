@@ -3,28 +3,20 @@ passages, the three held-out sets plus a file with bad rows."""
 
 from __future__ import annotations
 
-import functools
 import json
 
-import pyarrow.parquet as pq
 import pytest
 
 from raypipe.config import RaypipeConfig
 from raypipe.eval.runner import run_eval
-from raypipe.retrieval.keyword import KeywordSearcher
 
 pytestmark = pytest.mark.slow
 
 LIMIT = 4
 
 
-def keyword_retriever_factory(world_dir):
-    """A picklable factory of a word-overlap searcher over the world's passages (stands in for the index)."""
-    return functools.partial(KeywordSearcher, pq.read_table(world_dir / "passages").to_pylist())
-
-
 @pytest.fixture(scope="module")
-def eval_run(ray_cluster, world_dir, tiny_model_dir, tmp_path_factory):
+def eval_run(ray_cluster, world_dir, keyword_searcher, tiny_model_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("eval")
     bad = out / "inputs" / "mixed.jsonl"
     bad.parent.mkdir()
@@ -44,9 +36,8 @@ def eval_run(ray_cluster, world_dir, tiny_model_dir, tmp_path_factory):
                  "limit": LIMIT, "sweeps": {"selfrag": {"threshold": [0.0, 0.2, 0.5, 1.0], "is_sup_weight": [0.0, 2.0]}},
                  "batch_size": 4},
     })
-    factory = keyword_retriever_factory(world_dir)
-    first = run_eval(cfg, searcher_factory=factory)
-    second = run_eval(cfg, searcher_factory=factory)
+    first = run_eval(cfg, searcher_factory=keyword_searcher)
+    second = run_eval(cfg, searcher_factory=keyword_searcher)
     return out / "run", first, second
 
 

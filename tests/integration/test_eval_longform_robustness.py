@@ -3,17 +3,14 @@ Self-RAG never / always, a keyword retriever over the world's passages, three it
 
 from __future__ import annotations
 
-import functools
 import json
 
-import pyarrow.parquet as pq
 import pytest
 from rich.console import Console
 
 from raypipe.config import RaypipeConfig
 from raypipe.eval.report import accuracy_table
 from raypipe.eval.runner import run_eval
-from raypipe.retrieval.keyword import KeywordSearcher
 
 pytestmark = pytest.mark.slow
 
@@ -21,10 +18,10 @@ SETS = ("heldout_qa", "heldout_longform")
 
 
 @pytest.fixture(scope="module")
-def run(ray_cluster, world_dir, tiny_model_dir, tmp_path_factory):
+def run(ray_cluster, world_dir, tiny_model_dir, keyword_searcher, tmp_path_factory):
     out = tmp_path_factory.mktemp("eval_robustness")
     cfg = RaypipeConfig.model_validate({
-        "retrieval": {"top_k": 3},
+        "retrieval": {"top_k": 3, "index": {"passages": str(world_dir / "passages")}},
         "engine": {"kind": "hf"},
         "methods": {"selfrag": {"max_new_tokens": 8, "max_depth": 1, "beam_width": 1}},
         "eval": {"generator": str(tiny_model_dir), "eval_sets": [str(world_dir / "eval" / f"{s}.jsonl") for s in SETS],
@@ -32,8 +29,7 @@ def run(ray_cluster, world_dir, tiny_model_dir, tmp_path_factory):
                  "sweeps": {"selfrag": {"modes": ["never", "always"], "threshold": [], "is_sup_weight": []}},
                  "robustness": {"enabled": True, "removal_rates": [0.0, 1.0]}},
     })
-    factory = functools.partial(KeywordSearcher, pq.read_table(world_dir / "passages").to_pylist())
-    stats = run_eval(cfg, searcher_factory=factory)
+    stats = run_eval(cfg, searcher_factory=keyword_searcher)
     gold = {(s, r["id"]): set(r["passage_ids"]) for s in SETS
             for r in map(json.loads, (world_dir / "eval" / f"{s}.jsonl").read_text().splitlines())}
     return out, stats, gold

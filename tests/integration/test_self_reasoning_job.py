@@ -5,7 +5,6 @@ trajectory fails to parse: answered from the tail, never an exception)."""
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 from pathlib import Path
@@ -17,7 +16,6 @@ from raypipe.config import RaypipeConfig
 from raypipe.errors import RaypipeError
 from raypipe.methods.self_reasoning.format import STAGE_MASKS, parse_trajectory, process_span
 from raypipe.methods.self_reasoning.generate import run_trajectories
-from raypipe.retrieval.keyword import KeywordSearcher
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -25,13 +23,8 @@ REPO = Path(__file__).resolve().parents[2]
 STAGE_PROCESSES = {"rap": ["relevance"], "rap_eap": ["relevance", "evidence"], "all": ["relevance", "evidence", "analysis"]}
 
 
-def keyword_retriever_factory(world_dir):
-    """A picklable factory of a word-overlap searcher over the world's passages (stands in for the index)."""
-    return functools.partial(KeywordSearcher, pq.read_table(world_dir / "passages").to_pylist())
-
-
 @pytest.fixture(scope="module")
-def data_run(ray_cluster, world_dir, tmp_path_factory):
+def data_run(ray_cluster, world_dir, keyword_searcher, tmp_path_factory):
     out = tmp_path_factory.mktemp("trajectories")
     cfg = RaypipeConfig.model_validate({
         "retrieval": {"top_k": 3},
@@ -41,8 +34,7 @@ def data_run(ray_cluster, world_dir, tmp_path_factory):
                          "negative_fraction": 0.3, "max_kept": 40, "batch_size": 16,
                          "teacher": {"kind": "oracle", "error_rate": 0.3}},
     })
-    factory = keyword_retriever_factory(world_dir)
-    return cfg, out, run_trajectories(cfg, searcher_factory=factory), factory
+    return cfg, out, run_trajectories(cfg, searcher_factory=keyword_searcher), keyword_searcher
 
 
 def test_funnel_is_monotone_and_the_kept_rows_are_valid_trajectories(data_run, world_dir):

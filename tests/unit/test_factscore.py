@@ -111,3 +111,27 @@ def test_long_form_rows_need_facts_as_strings():
     with pytest.raises(Reject) as bad:
         parse_item({"id": "q", "question": "Who?", "answers": ["Ada"], "passage_ids": "p1"}, "s")
     assert (bad.value.reason, bad.value.field) == ("wrong_type", "passage_ids")
+
+
+def test_eval_of_a_citation_set_fails_at_its_start_when_the_passages_table_is_missing(row, tmp_path, monkeypatch):
+    """The citation metrics read the cited passages' texts after every variant is decoded: a missing
+    table is reported before Ray starts, not after the decoding."""
+    import json
+
+    from raypipe.config import load_config
+    from raypipe.errors import ConfigError
+    from raypipe.eval.runner import run_eval
+
+    eval_set, missing = tmp_path / "heldout_longform.jsonl", tmp_path / "no_passages"
+    eval_set.write_text(json.dumps(row) + "\n")
+    (tmp_path / "config.json").write_text("{}")  # a generator folder, as far as the start checks look
+    cfg = load_config(None, [f"eval.generator={tmp_path}", f"eval.eval_sets=[{eval_set}]",
+                             f"eval.out_dir={tmp_path / 'eval'}", f"retrieval.index.passages={missing}"])
+
+    def no_ray(*_args, **_kwargs):
+        raise AssertionError("Ray was started")
+
+    monkeypatch.setattr("raypipe.eval.runner.ensure_ray", no_ray)
+    with pytest.raises(ConfigError, match=f"retrieval.index.passages: no passages table at {missing}"):
+        run_eval(cfg)
+    assert not (tmp_path / "eval" / "predictions").exists()
