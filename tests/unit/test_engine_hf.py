@@ -102,3 +102,13 @@ def test_plain_generation_gives_the_same_tokens_without_probabilities(engine):
     assert [g.token_ids for g in plain] == [g.token_ids for g in full]
     assert all(g.token_logprobs == [] and g.reflections == [] for g in plain)
     assert all(g.reflections for g in full)
+
+
+def test_decoding_uses_the_installed_transformers_cache_keyword_without_a_warning(engine):
+    """A deprecated keyword warns once per process: in the demo that is a line on the user's terminal."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any deprecation on the engine's forward calls fails the test
+        engine.generate(PROMPTS, GenerationParams(max_new_tokens=3, return_probs=True))
+        engine.next_token_probs(PROMPTS[:2], (RELEVANT,))

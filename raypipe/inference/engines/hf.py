@@ -16,6 +16,7 @@ whether computed alone or inside each row, so results are unchanged.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 from dataclasses import dataclass, field
@@ -71,6 +72,9 @@ class HFEngine(Engine):
         #: prompts cut from the left to fit the model
         self.truncated = 0
         self._group_index = {g: torch.tensor(ids, device=self.device) for g, ids in self.groups.ids.items()}
+        #: the forward's KV-cache keyword: `cache` in recent transformers releases, `past_key_values` before (the
+        #: old name still works there but warns on every process's first call)
+        self._cache_kw = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
 
     # --- prompts -----------------------------------------------------------------------------------
 
@@ -105,8 +109,8 @@ class HFEngine(Engine):
         input_ids, mask, positions = self._padded(batch)
         cache = DynamicCache(config=self.model.config)
         out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
-                         past_key_values=cache, use_cache=True, logits_to_keep=1)
-        return out.logits[:, -1].float(), out.past_key_values, mask, positions[:, -1] + 1
+                         **{self._cache_kw: cache}, use_cache=True, logits_to_keep=1)
+        return out.logits[:, -1].float(), cache, mask, positions[:, -1] + 1
 
     # --- probabilities -----------------------------------------------------------------------------
 
@@ -173,7 +177,7 @@ class HFEngine(Engine):
                 live, live_index = [live[b] for b in keep], live_index[index]
             mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=-1)
             out = self.model(input_ids=next_tensor[:, None], attention_mask=mask, position_ids=positions[:, None],
-                             past_key_values=cache, use_cache=True)
+                             **{self._cache_kw: cache}, use_cache=True)
             logits, positions = out.logits[:, -1].float(), positions + 1
         if nll is not None:
             for row, values in zip(rows, (-nll).tolist(), strict=True):
@@ -194,13 +198,13 @@ class HFEngine(Engine):
         if shared > 0:
             prefix = torch.tensor([batch[0][:shared]], dtype=torch.long, device=self.device)
             cache = DynamicCache(config=self.model.config)
-            self.model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            self.model(input_ids=prefix, **{self._cache_kw: cache}, use_cache=True, logits_to_keep=1)
             cache.batch_repeat_interleave(len(batch))
         input_ids, mask, positions = self._padded([ids[shared:] for ids in batch], offset=shared)
         if shared > 0:
             mask = torch.cat([mask.new_ones((len(batch), shared)), mask], dim=1)
         out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
-                         past_key_values=cache, use_cache=cache is not None, logits_to_keep=1)
+                         **{self._cache_kw: cache}, use_cache=cache is not None, logits_to_keep=1)
         return out.logits[:, -1].float()
 
     @torch.inference_mode()
