@@ -7,9 +7,13 @@ needs a model gets the same folder, so the suite pays for tokenizer training onc
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_quick  # noqa: E402
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -27,13 +31,30 @@ def _cuda_available() -> bool:
         return False
 
 
+def _run_order(item) -> int:
+    """Unit tests first, then the quick benchmarks, then the other integration tests (sorted stably)."""
+    path = item.nodeid.split("::")[0]
+    return 0 if path.startswith("tests/unit/") else 1 if path == bench_quick.MODULE else 2
+
+
 def pytest_collection_modifyitems(config, items):
-    if _cuda_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+    items.sort(key=_run_order)
+    if not _cuda_available():
+        skip = pytest.mark.skip(reason="needs a CUDA GPU")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
+
+
+def pytest_collection_finish(session):
+    """After deselection (-k, -m): start the quick benchmarks only when one of their tests will run."""
+    if not session.config.option.collectonly and any(_run_order(item) == 1 for item in session.items):
+        bench_quick.started = bench_quick.QuickRuns()  # they run beside the unit tests
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if bench_quick.started is not None:
+        bench_quick.started.close()
 
 
 @pytest.fixture(scope="session")

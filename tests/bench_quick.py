@@ -1,0 +1,81 @@
+"""The quick runs of every benchmark, started in the background when the test session starts.
+
+Each quick run is its own process with its own Ray instance, and most of its time is process, model
+and Ray start-up. The unit tests, which run first (tests/conftest.py orders them), use one core; the
+quick runs take the other meanwhile, two at a time, and test_benchmarks_quick.py waits for what is
+left. Their figures are not what is checked (speed targets live in the full runs' JSON), so sharing
+the cores changes nothing the tests assert.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+#: the test module that reads the runs: the runs start only when one of its tests is selected
+MODULE = "tests/integration/test_benchmarks_quick.py"
+#: quick runs at once; the longest first, so that the last one to start is a short one
+PARALLEL = 2
+LONGEST_FIRST = ["training", "serve_load", "retrieval", "faults", "augment", "critic", "crag", "decoding",
+                 "self_reasoning"]
+TIMEOUT_S = 900
+
+
+@dataclass
+class Run:
+    """One benchmark's quick run: its exit code and output once finished, and its result folder."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    results: Path
+
+
+class QuickRuns:
+    """Starts every `benchmarks/<name>.py --quick` on a thread pool; `wait` returns name -> Run."""
+
+    def __init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="raypipe-bench-quick-"))
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.pool = ThreadPoolExecutor(PARALLEL)
+        names = [n for n in LONGEST_FIRST if (ROOT / "benchmarks" / f"{n}.py").exists()]
+        self.futures: dict[str, Future[Run]] = {name: self.pool.submit(self._run, name) for name in names}
+
+    def _run(self, name: str) -> Run:
+        results = self.root / name
+        results.mkdir()
+        env = {**os.environ, "RAYPIPE_BENCH_RESULTS": str(results), "RAY_AUTH_MODE": "disabled"}
+        proc = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / f"{name}.py"), "--quick"], cwd=ROOT,
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.procs[name] = proc
+        try:
+            stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate()
+            stderr += f"\n[killed after {TIMEOUT_S} s]"
+        return Run(proc.returncode, stdout, stderr, results)
+
+    def wait(self) -> dict[str, Run]:
+        return {name: future.result() for name, future in self.futures.items()}
+
+    def close(self) -> None:
+        """Stop runs still going (a session ended early) and remove the result folders."""
+        for future in self.futures.values():
+            future.cancel()
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+        self.pool.shutdown(wait=True)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+#: set by tests/conftest.py when the session selected a test of MODULE
+started: QuickRuns | None = None
