@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,8 @@ class QuickRuns:
     def __init__(self) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="raypipe-bench-quick-"))
         self.procs: dict[str, subprocess.Popen] = {}
+        self.closing = False
+        self.lock = threading.Lock()  # a run starts, or the session's end stops it, never both
         self.pool = ThreadPoolExecutor(PARALLEL)
         names = [n for n in LONGEST_FIRST if (ROOT / "benchmarks" / f"{n}.py").exists()]
         self.futures: dict[str, Future[Run]] = {name: self.pool.submit(self._run, name) for name in names}
@@ -52,9 +55,12 @@ class QuickRuns:
         results = self.root / name
         results.mkdir()
         env = {**os.environ, "RAYPIPE_BENCH_RESULTS": str(results), "RAY_AUTH_MODE": "disabled"}
-        proc = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / f"{name}.py"), "--quick"], cwd=ROOT,
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.procs[name] = proc
+        with self.lock:
+            if self.closing:  # picked up by the pool as the session ended
+                return Run(-1, "", "[not started: the session ended]", results)
+            proc = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / f"{name}.py"), "--quick"], cwd=ROOT,
+                                    env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            self.procs[name] = proc
         try:
             stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -68,11 +74,13 @@ class QuickRuns:
 
     def close(self) -> None:
         """Stop runs still going (a session ended early) and remove the result folders."""
-        for future in self.futures.values():
-            future.cancel()
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.kill()
+        with self.lock:
+            self.closing = True
+            for future in self.futures.values():
+                future.cancel()
+            for proc in self.procs.values():
+                if proc.poll() is None:
+                    proc.kill()
         self.pool.shutdown(wait=True)
         shutil.rmtree(self.root, ignore_errors=True)
 

@@ -74,7 +74,7 @@ def test_a_max_length_beyond_the_base_models_positions_fails_before_any_ray_work
     cfg = load_config(None, [f"training.generator.base_model={tiny_model_dir}", f"training.generator.out_dir={tmp_path}",
                              f"training.generator.max_length={positions + 1}",
                              f"training.generator.deepspeed_config={REPO / 'configs/deepspeed/zero3.json'}"])
-    started = ray.is_initialized()  # the integration tests' shared instance, when they ran first
+    started = ray.is_initialized()  # True when this test runs after the integration tests' instance started
     with pytest.raises(ConfigError, match=rf"training.generator.max_length={positions + 1} is over the {positions} "
                                           "positions"):
         run_train(cfg, "generator")
