@@ -19,6 +19,7 @@ from raypipe.models import load_model, load_tokenizer
 from raypipe.models.importer import (
     MANIFEST,
     Source,
+    _gguf_parsed_once,
     import_model,
     resolve_source,
     smollm2_source,
@@ -110,3 +111,32 @@ def test_a_local_hf_folder_imports_and_a_rerun_is_skipped(tmp_path, tiny_model_d
 def test_resolve_source_kinds(tmp_path, tiny_model_dir, gguf_path):
     assert resolve_source(str(tiny_model_dir)).kind == "hf"
     assert resolve_source(str(gguf_path)) == Source("gguf", gguf_path.resolve())
+
+
+def test_the_loader_parses_a_gguf_file_once_per_import_and_gets_gguf_back_after(tmp_path, monkeypatch):
+    """transformers' GGUF loader builds a reader (a full metadata parse) for the config, the tokenizer
+    and the weights, and gguf's tensor-name table once per submodule; during an import each is built
+    once, and afterwards gguf's own names are back."""
+    import gguf
+    import numpy as np
+
+    path = tmp_path / "small.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(2)
+    writer.add_tensor("token_embd.weight", np.ones((4, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    monkeypatch.chdir(tmp_path)
+    reader_cls, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+
+    with _gguf_parsed_once():
+        first = gguf.GGUFReader(path)
+        assert gguf.GGUFReader("small.gguf") is first  # the same file by another spelling
+        assert first.tensors[0].name == "token_embd.weight"
+        table = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2)
+        assert gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2) is table
+        assert gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 3) is not table
+    assert (gguf.GGUFReader, gguf.get_tensor_name_map) == (reader_cls, name_map)
+    assert gguf.GGUFReader(path) is not first
