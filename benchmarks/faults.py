@@ -82,6 +82,7 @@ def _cluster_faults(work: Path, world: Path, model: Path, index: Any, shards: in
         max_weight_difference,
         on_head,
         serve_node_kill,
+        shard_bytes,
         train_clean,
         train_worker_kill,
         write_generator_rows,
@@ -98,6 +99,9 @@ def _cluster_faults(work: Path, world: Path, model: Path, index: Any, shards: in
         faults.append(augment_with_node_fault(cluster, inputs, work / "node_kill", work, "kill", reference))
         faults.append(augment_with_node_fault(cluster, inputs, work / "node_cut", work, "cut", reference))
         faults.append(augment_driver_kill(cluster, inputs, work / "driver_kill", work, reference))
+        expected = shard_bytes(work / "reference")
+        for rec, out in zip(faults, ("node_kill", "node_cut", "driver_kill"), strict=True):
+            rec["same_bytes_as_uninterrupted"] = shard_bytes(work / out) == expected
         data = write_generator_rows(work / "d_gen", TRAIN_ROWS)
         clean = train_clean(on_head(cluster), model, data, work / "train_ref", work)
         payload["train_reference"] = clean
