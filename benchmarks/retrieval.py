@@ -9,8 +9,9 @@
 
 Data: synthetic-world passages (several world seeds, ids prefixed by seed) embedded with the real
 all-MiniLM-L6-v2 by `run_build_index` (2 actors). The embedding shards are cached under
-benchmarks/.cache/retrieval/ and the build resumes per shard, so only the first full run pays for
-embedding (~15 min for 200k passages on 2 cores); reruns take a few minutes. Queries are template
+benchmarks/.cache/retrieval/ (`RAYPIPE_BENCH_CACHE` moves it) and the build resumes per shard, so only
+the first full run pays for embedding (~15 min for 200k passages on 2 cores); reruns take a few
+minutes. Queries are template
 questions about the titles of sampled passages, embedded by the same encoder. 1M passages would fit in
 memory here (1.5 GB of float32 vectors) but take over an hour to embed on 2 cores, so it is not in the
 default run (`--n-passages 1000000` runs it).
@@ -38,13 +39,13 @@ import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-from benchmarks._common import timer, write_result  # noqa: E402
+from benchmarks._common import CACHE_DIR, timer, write_result  # noqa: E402
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 logger = logging.getLogger("benchmarks.retrieval")
 
-CACHE = Path(__file__).resolve().parent / ".cache" / "retrieval"
+CACHE = CACHE_DIR / "retrieval"
 TARGETS = {"recall_at_10": 0.95, "qps_ratio_vs_flat": 5.0, "embed_ratio_2_vs_1_actor": 1.6}
 #: fixed knobs of the approximate indexes (the sweeps vary efSearch and nprobe)
 EF_CONSTRUCTION = 80
@@ -244,7 +245,7 @@ def run(quick: bool, n_passages: int | None) -> dict[str, Any]:
         "candidates": candidates,
         "embedding": embedding,
         "scheme": ("all-MiniLM-L6-v2 embeddings of synthetic-world passages (seeds 0.., ids prefixed by seed), "
-                   "embedded by run_build_index with 2 actors and cached under benchmarks/.cache/retrieval; "
+                   "embedded by run_build_index with 2 actors and cached under the benchmarks' cache; "
                    "queries: template questions about sampled passage titles, same encoder; recall@10 "
                    "against exact Flat search over the same vectors; queries/s of one batched search of "
                    "all queries, repeated, faiss using all cores"),

@@ -54,7 +54,8 @@ class QuickRuns:
     def _run(self, name: str) -> Run:
         results = self.root / name
         results.mkdir()
-        env = {**os.environ, "RAYPIPE_BENCH_RESULTS": str(results), "RAY_AUTH_MODE": "disabled"}
+        env = {**os.environ, "RAYPIPE_BENCH_RESULTS": str(results), "RAYPIPE_BENCH_CACHE": str(results / ".cache"),
+               "RAY_AUTH_MODE": "disabled"}
         with self.lock:
             if self.closing:  # picked up by the pool as the session ended
                 return Run(-1, "", "[not started: the session ended]", results)
