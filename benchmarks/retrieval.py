@@ -11,9 +11,8 @@ Data: synthetic-world passages (several world seeds, ids prefixed by seed) embed
 all-MiniLM-L6-v2 by `run_build_index` (2 actors). The embedding shards are cached under
 benchmarks/.cache/retrieval/ (`RAYPIPE_BENCH_CACHE` moves it) and the build resumes per shard, so only
 the first full run pays for embedding (~15 min for 200k passages on 2 cores); reruns take a few
-minutes. Queries are template
-questions about the titles of sampled passages, embedded by the same encoder. 1M passages would fit in
-memory here (1.5 GB of float32 vectors) but take over an hour to embed on 2 cores, so it is not in the
+minutes. Queries are template questions about the titles of sampled passages, embedded by the same
+encoder. 1M passages would fit in memory here (1.5 GB of float32 vectors) but take over an hour to embed on 2 cores, so it is not in the
 default run (`--n-passages 1000000` runs it).
 
     python benchmarks/retrieval.py            # full run

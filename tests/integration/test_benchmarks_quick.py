@@ -69,3 +69,11 @@ def test_quick_faults_run_replaced_the_killed_generator_and_failed_only_requests
     assert rec["recovery_s"] is not None and rec["answered_after_recovery"] >= 8, rec
     assert rec["replaced"] and rec["running_replicas_after"] == 1, rec
 
+
+
+def test_the_quick_retrieval_run_keeps_its_embedding_cache_out_of_the_checkout(quick_runs):
+    """Under the tests `RAYPIPE_BENCH_CACHE` points at the run's temp folder: the embedded corpora land
+    there, so a second local session starts as cold as a fresh clone's."""
+    run = quick_runs["retrieval"]
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert list((run.results / ".cache" / "retrieval").glob("corpus-*")), "no corpus cached in the run's folder"

@@ -6,8 +6,8 @@ cut off by taking its link down; in a third the driver itself is SIGKILLed and t
 must end with every input id exactly once in the output (sampling off, so output ids = input ids), and
 the three must write the same bytes: the faults land on different shards at different points, so an
 output that depended on a fault would differ between them. (No uninterrupted run is made for the
-comparison: a fifth augment job, ~35 s of process start-up; that an uninterrupted run, a crashed and
-resumed one and the staged layout write the same bytes is test_augment_pipeline's.)
+comparison: a fifth augment job took this test from 148 s to 207 s; that an uninterrupted run, a
+crashed and resumed one and the staged layout write the same bytes is test_augment_pipeline's.)
 
 Training (`jobs/train.py generator`: ZeRO-3, two Ray Train workers of one CPU on two nodes): one worker
 process is SIGKILLed once the first checkpoint is registered; Ray Train restarts the group from it
