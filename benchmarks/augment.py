@@ -100,11 +100,13 @@ def main() -> None:
     import ray
 
     from raypipe.augment.pipeline import run_augment
-    from raypipe.config import TinyModelConfig, WorldConfig, load_config
+    from raypipe.config import load_config
     from raypipe.data.world import synthesize
     from raypipe.models import build_tiny_model, world_texts
     from raypipe.retrieval.build import run_build_index
     from raypipe.runtime import ensure_ray
+    from raypipe.settings.data import WorldConfig
+    from raypipe.settings.models import TinyModelConfig
 
     work = Path(tempfile.mkdtemp(prefix="raypipe-bench-augment-"))
     try:

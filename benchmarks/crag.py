@@ -61,8 +61,8 @@ def untrained_evaluator(folder: Path) -> Path:
 
 
 def tiny_generator(work: Path, world: Path) -> Path:
-    from raypipe.config import TinyModelConfig
     from raypipe.models import build_tiny_model, world_texts
+    from raypipe.settings.models import TinyModelConfig
 
     cfg = TinyModelConfig(out_dir=str(work / "tiny"), tokenizer_train_texts=1000)
     return build_tiny_model(cfg, world_texts(world, limit=cfg.tokenizer_train_texts), work / "tiny")
@@ -72,11 +72,12 @@ def quick_tools(work: Path, cfg):
     """A small world searched by keywords, the untrained evaluator, the tiny model as LM and engine."""
     import pyarrow.parquet as pq
 
-    from raypipe.config import EngineConfig, WorldConfig
     from raypipe.data.world import synthesize
     from raypipe.inference.engines import make_engine
     from raypipe.methods.base import Tools
     from raypipe.methods.crag.evaluator import CrossEncoderEvaluator
+    from raypipe.settings.data import WorldConfig
+    from raypipe.settings.models import EngineConfig
 
     world = work / "world"
     synthesize(WorldConfig(out_dir=str(world), instances=200, seed=0, eval_instances=12))

@@ -46,10 +46,12 @@ SIZES = {  # world instances, examples per aspect, single-prompt sample, Ray row
 
 def build_inputs(work: Path, instances: int, per_aspect: int) -> tuple[Path, list[dict]]:
     """A small world, the tiny base model (the critic's architecture, untrained) and D_critic prompts."""
-    from raypipe.config import RaypipeConfig, TinyModelConfig, WorldConfig
+    from raypipe.config import RaypipeConfig
     from raypipe.critic.dataset import read_split, run_label
     from raypipe.data.world import synthesize
     from raypipe.models import build_tiny_model, world_texts
+    from raypipe.settings.data import WorldConfig
+    from raypipe.settings.models import TinyModelConfig
 
     world = work / "world"
     synthesize(WorldConfig(out_dir=str(world), instances=instances, seed=0, eval_instances=0))
@@ -144,8 +146,8 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     size = SIZES["quick" if args.quick else "full"]
 
-    from raypipe.config import RayConfig
     from raypipe.runtime import ensure_ray
+    from raypipe.settings.cluster import RayConfig
 
     with tempfile.TemporaryDirectory(prefix="bench_critic_") as tmp:
         tiny_dir, rows = build_inputs(Path(tmp), size["instances"], size["per_aspect"])
@@ -163,7 +165,7 @@ def main() -> None:
 
     payload = {
         "quick": args.quick,
-        "model": str(args.model) if args.model else "tiny Llama (raypipe.config.TinyModelConfig defaults), untrained",
+        "model": str(args.model) if args.model else "tiny Llama (raypipe.settings.models.TinyModelConfig defaults), untrained",
         "mean_prompt_chars": round(sum(len(r["prompt"]) for r in rows) / len(rows), 1),
         **local,
         "ray_1_actor": one,

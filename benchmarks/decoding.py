@@ -41,10 +41,11 @@ def build_inputs(work: Path, instances: int, questions: int) -> tuple[Path, list
     prompts `prompt + [Retrieval]<paragraph>...</paragraph>` as the decoder builds them."""
     import pyarrow.parquet as pq
 
-    from raypipe.config import TinyModelConfig, WorldConfig
     from raypipe.data.world import synthesize
     from raypipe.models import build_tiny_model, world_texts
     from raypipe.prompts import format_generator_prompt
+    from raypipe.settings.data import WorldConfig
+    from raypipe.settings.models import TinyModelConfig
     from raypipe.tokens import RETRIEVAL, format_paragraph
 
     world = work / "world"
@@ -123,7 +124,7 @@ def main() -> None:
 
     payload = {
         "quick": args.quick,
-        "model": "tiny Llama (raypipe.config.TinyModelConfig defaults), untrained, HF engine, 1 torch thread",
+        "model": "tiny Llama (raypipe.settings.models.TinyModelConfig defaults), untrained, HF engine, 1 torch thread",
         "max_new_tokens": size["max_new_tokens"],
         **expansion,
         **overhead,

@@ -56,9 +56,10 @@ TOKEN_ENV = "RAYPIPE_FAULTS_BENCH_TOKEN"
 def _world_and_model(work: Path, instances: int) -> tuple[Path, Path]:
     """A small synthetic world and an untrained tiny model: the critic of augmentation, the base model of
     training and the served generator (what is measured is the bookkeeping under faults, not quality)."""
-    from raypipe.config import TinyModelConfig, WorldConfig
     from raypipe.data.world import synthesize
     from raypipe.models import build_tiny_model, world_texts
+    from raypipe.settings.data import WorldConfig
+    from raypipe.settings.models import TinyModelConfig
 
     world = work / "world"
     synthesize(WorldConfig(out_dir=str(world), instances=instances, seed=7, eval_instances=10,
@@ -120,8 +121,10 @@ def _serve_fault(model: Path, index: Any) -> dict[str, Any]:
     from cluster_faults import own_processes, serve_replica_kill
     from ray import serve
 
-    from raypipe.config import EngineConfig, MethodsConfig, RaypipeConfig, SelfRAGSettings, ServeConfig
+    from raypipe.config import MethodsConfig, RaypipeConfig, ServeConfig
+    from raypipe.methods.selfrag.settings import SelfRAGSettings
     from raypipe.serving.app import start_app
+    from raypipe.settings.models import EngineConfig
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -66,8 +66,8 @@ QUESTION_TEMPLATES = ["Who is {}?", "When was {} born?", "What is {} known for?"
 def world_passages(n: int, instances: int):
     """n passages from synthetic worlds of successive seeds (each synthesized once into the cache);
     ids are prefixed by seed to stay unique across worlds."""
-    from raypipe.config import WorldConfig
     from raypipe.data.world import synthesize
+    from raypipe.settings.data import WorldConfig
 
     seed = 0
     while n > 0:
@@ -105,8 +105,8 @@ def _write_shard(folder: Path, k: int, rows: list[dict[str, str]]) -> Path:
 
 def embed_throughput(size: dict[str, Any]) -> dict[str, Any]:
     """The build's embedding step over the same small corpus with 1 and then 2 actors."""
-    from raypipe.config import EncoderConfig, IndexConfig
     from raypipe.retrieval.embed import embed_shards
+    from raypipe.settings.retrieval import EncoderConfig, IndexConfig
 
     corpus = write_corpus(CACHE / f"throughput-{size['embed_shards']}x{size['embed_rows']}",
                           size["embed_shards"] * size["embed_rows"], size["embed_rows"], size["world_instances"])
@@ -129,9 +129,10 @@ def embed_throughput(size: dict[str, Any]) -> dict[str, Any]:
 
 def embedded_corpus(n: int, shard: int, instances: int) -> tuple[np.ndarray, list[str]]:
     """(vectors, titles) of n world passages, embedded by the real index build (cached, resumable)."""
-    from raypipe.config import IndexConfig, RaypipeConfig, RetrievalConfig
+    from raypipe.config import RaypipeConfig
     from raypipe.retrieval.build import run_build_index
     from raypipe.retrieval.embed import read_passages, read_vectors, shard_path
+    from raypipe.settings.retrieval import IndexConfig, RetrievalConfig
 
     root = CACHE / f"corpus-{n}"
     files = write_corpus(root / "passages", n, shard, instances)
@@ -198,10 +199,11 @@ def sweep(name: str, factory: str, vectors: np.ndarray, queries: np.ndarray, tru
 
 
 def run(quick: bool, n_passages: int | None) -> dict[str, Any]:
-    from raypipe.config import EncoderConfig, RayConfig
     from raypipe.retrieval import index as fi
     from raypipe.retrieval.encoders import build_encoder
     from raypipe.runtime import ensure_ray
+    from raypipe.settings.cluster import RayConfig
+    from raypipe.settings.retrieval import EncoderConfig
 
     size = dict(SIZES["quick" if quick else "full"])
     if n_passages:

@@ -38,9 +38,10 @@ PAPER_RATIO = 2.19 / 2.08
 def quick_inputs(work: Path):
     import pyarrow.parquet as pq
 
-    from raypipe.config import TinyModelConfig, WorldConfig
     from raypipe.data.world import synthesize
     from raypipe.models import build_tiny_model, world_texts
+    from raypipe.settings.data import WorldConfig
+    from raypipe.settings.models import TinyModelConfig
 
     world = work / "world"
     synthesize(WorldConfig(out_dir=str(world), instances=200, seed=0, eval_instances=8))
@@ -72,11 +73,12 @@ def main() -> None:
 
     import torch
 
-    from raypipe.config import EngineConfig, load_config
+    from raypipe.config import load_config
     from raypipe.inference.engines import make_engine
     from raypipe.methods.base import Tools
     from raypipe.methods.self_reasoning.method import SelfReasoning
     from raypipe.methods.selfrag.search import SelfRAG
+    from raypipe.settings.models import EngineConfig
 
     torch.set_num_threads(1)
     cfg = load_config(args.config)

@@ -38,18 +38,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench
 import httpx  # noqa: E402
 
 from benchmarks._common import timer, write_result  # noqa: E402
-from raypipe.config import (  # noqa: E402
-    EncoderConfig,
-    EngineConfig,
-    IndexConfig,
-    MethodsConfig,
-    RaypipeConfig,
-    RetrievalConfig,
-    SelfRAGSettings,
-    ServeConfig,
-    TinyModelConfig,
-    WorldConfig,
-)
+from raypipe.config import MethodsConfig, RaypipeConfig, ServeConfig  # noqa: E402
+from raypipe.methods.selfrag.settings import SelfRAGSettings  # noqa: E402
+from raypipe.settings.data import WorldConfig  # noqa: E402
+from raypipe.settings.models import EngineConfig, TinyModelConfig  # noqa: E402
+from raypipe.settings.retrieval import EncoderConfig, IndexConfig, RetrievalConfig  # noqa: E402
 
 logger = logging.getLogger("serve_load")
 APP = "serve-load"

@@ -78,8 +78,8 @@ def build_rows(work: Path, size: dict) -> tuple[Path, list[dict]]:
 
 def build_tiny_base(work: Path, size: dict, rows: list[dict]) -> Path:
     """The tiny base model, its tokenizer trained on the rows' prompts."""
-    from raypipe.config import TinyModelConfig
     from raypipe.models import build_tiny_model
+    from raypipe.settings.models import TinyModelConfig
 
     model_dir = work / "base"
     cfg = TinyModelConfig(out_dir=str(model_dir), vocab_size=size["vocab"], hidden_size=size["hidden"],
@@ -101,7 +101,7 @@ def partition_everything_config(work: Path) -> Path:
 
 def run_once(name: str, work: Path, model_dir: Path, data_dir: Path, encoded, size: dict, *,
              num_workers: int, zero_stage: int, precision: str) -> dict:
-    from raypipe.config import TrainConfig, TrainStage
+    from raypipe.settings.training import TrainConfig, TrainStage
     from raypipe.training.data import plan_steps
     from raypipe.training.trainer import StageData, fit_stage
 
@@ -167,9 +167,10 @@ def main() -> None:
 
     import ray
 
-    from raypipe.config import RayConfig, TrainConfig, TrainStage
     from raypipe.models import load_model
     from raypipe.runtime import ensure_ray
+    from raypipe.settings.cluster import RayConfig
+    from raypipe.settings.training import TrainConfig, TrainStage
     from raypipe.training.trainer import encode_stage
 
     layouts = [("zero3_2_workers", 2, 3), ("ddp_2_workers", 2, 0)]

@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from raypipe.config import RayConfig
+from raypipe.settings.cluster import RayConfig
 
 logger = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ from cluster_nodes import (  # noqa: E402
     process_titles,
 )
 
-from raypipe.config import RetrievalConfig  # noqa: E402
+from raypipe.settings.retrieval import RetrievalConfig  # noqa: E402
 
 PY = sys.executable
 RUN_TIMEOUT_S = 600
@@ -409,9 +409,9 @@ def max_weight_difference(a: Path, b: Path) -> float:
 def flat_index(source: Path, out: Path, top_k: int = 2) -> RetrievalConfig:
     """A Flat faiss index of one passage file, embedded and assembled in this process (MiniLM, a few
     seconds): the index the augment actors and the Serve app's Retrieval load."""
-    from raypipe.config import EncoderConfig, IndexConfig
     from raypipe.retrieval.build import assemble_index
     from raypipe.retrieval.embed import ShardEmbedder, shard_path, source_stamp
+    from raypipe.settings.retrieval import EncoderConfig, IndexConfig
 
     embedder = ShardEmbedder(EncoderConfig(), batch_size=64, threads=1, rejects_dir=str(out / "rejects"))
     embedder.embed_file(source, shard_path(out, source), source_stamp(source, EncoderConfig()))
@@ -595,7 +595,9 @@ def serve_node_kill(cluster: NetnsCluster, model: Path, retrieval: RetrievalConf
     for a next scenario."""
     import secrets
 
-    from raypipe.config import EngineConfig, MethodsConfig, RaypipeConfig, SelfRAGSettings, ServeConfig
+    from raypipe.config import MethodsConfig, RaypipeConfig, ServeConfig
+    from raypipe.methods.selfrag.settings import SelfRAGSettings
+    from raypipe.settings.models import EngineConfig
 
     n = NODE_FAULT_REPLICAS
     cfg = RaypipeConfig(

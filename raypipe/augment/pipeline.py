@@ -38,10 +38,12 @@ from raypipe.augment import stages
 from raypipe.augment.sampling import apply_sampling
 from raypipe.augment.stages import REJECT, REJECT_DETAIL, REJECT_FIELD
 from raypipe.augment.state import InstanceState
-from raypipe.config import AugmentConfig, LimitsConfig, RaypipeConfig
+from raypipe.config import RaypipeConfig
 from raypipe.data.io import list_data_files, validate_batch, write_jsonl, write_parquet
 from raypipe.data.schemas import INSTANCE_SCHEMA
 from raypipe.errors import ConfigError, DataError
+from raypipe.settings.augment import AugmentConfig
+from raypipe.settings.data import LimitsConfig
 
 logger = logging.getLogger(__name__)
 

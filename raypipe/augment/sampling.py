@@ -12,7 +12,7 @@ import math
 
 from raypipe import tokens as T
 from raypipe.augment.state import InstanceState, seeded_uniform
-from raypipe.config import SamplingConfig
+from raypipe.settings.augment import SamplingConfig
 
 
 def apply_sampling(state: InstanceState, row_id: str, dataset: str, augmented: str,

@@ -29,7 +29,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from raypipe.config import LabelConfig, RaypipeConfig
+from raypipe.config import RaypipeConfig
 from raypipe.critic.sampling import PassageIndex, RequestSampler, SampleResult
 from raypipe.critic.stable import stable_uniforms
 from raypipe.critic.teachers import LabelRequest, Teacher, make_teacher
@@ -37,6 +37,7 @@ from raypipe.data.io import read_records, write_jsonl, write_parquet
 from raypipe.data.segment import Segmenter
 from raypipe.errors import RaypipeError
 from raypipe.prompts import critic_prompt
+from raypipe.settings.teachers import LabelConfig
 
 logger = logging.getLogger(__name__)
 

@@ -23,11 +23,11 @@ from typing import Any
 
 import httpx
 
-from raypipe.config import TeacherConfig
 from raypipe.critic.teachers import LabelRequest, Teacher
 from raypipe.errors import ConfigError, RaypipeError
 from raypipe.http_retry import NoResponse, RetryPolicy
 from raypipe.prompts import Aspect, parse_teacher_reply, teacher_messages
+from raypipe.settings.teachers import TeacherConfig
 
 logger = logging.getLogger(__name__)
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from raypipe.config import EngineConfig
 from raypipe.inference.engines import Engine, make_engine
 from raypipe.prompts import ASPECT_LABELS, Aspect, CriticExample, critic_prompt
+from raypipe.settings.models import EngineConfig
 
 logger = logging.getLogger(__name__)
 

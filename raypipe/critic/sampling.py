@@ -27,10 +27,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from raypipe.config import LabelConfig
 from raypipe.critic.teachers import LabelRequest
 from raypipe.data.segment import Segmenter
 from raypipe.prompts import Aspect, CriticExample
+from raypipe.settings.teachers import LabelConfig
 
 logger = logging.getLogger(__name__)
 

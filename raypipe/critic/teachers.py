@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from raypipe.config import TeacherConfig
 from raypipe.prompts import Aspect, CriticExample
+from raypipe.settings.teachers import TeacherConfig
 
 logger = logging.getLogger(__name__)
 

@@ -32,9 +32,9 @@ from typing import IO, Any, Literal, NamedTuple
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from raypipe.config import LimitsConfig
 from raypipe.data.schemas import NON_EMPTY, OPTIONAL_DEFAULTS, SCHEMAS
 from raypipe.errors import DataError
+from raypipe.settings.data import LimitsConfig
 
 logger = logging.getLogger(__name__)
 

@@ -23,8 +23,8 @@ import spacy
 from spacy.language import Language
 from spacy.tokens import Doc
 
-from raypipe.config import SegmentationConfig
 from raypipe.errors import ModelError
+from raypipe.settings.data import SegmentationConfig
 
 logger = logging.getLogger(__name__)
 

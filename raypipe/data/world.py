@@ -23,19 +23,22 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from raypipe.config import RaypipeConfig, WorldConfig
 from raypipe.data.io import write_jsonl, write_parquet
 from raypipe.data.schemas import INSTANCE_SCHEMA, PASSAGE_SCHEMA
 from raypipe.data.world_entities import World
 from raypipe.data.world_passages import passage, web_passage
 from raypipe.data.world_tasks import BUILDERS, DATASET_TASK, EVAL_BUILDERS, check_mix
 from raypipe.errors import ConfigError
+from raypipe.settings.data import WorldConfig
+
+if TYPE_CHECKING:
+    from raypipe.config import RaypipeConfig
 
 logger = logging.getLogger(__name__)
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from raypipe.config import WorldConfig
 from raypipe.data import world_vocab as vocab
 from raypipe.errors import ConfigError
+from raypipe.settings.data import WorldConfig
 
 _M64 = (1 << 64) - 1
 #: name indices kept free past the last real person/work, used as wrong answer options

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from raypipe.config import CRAGConfig, EngineConfig, RetrievalConfig, RetrievalNoiseConfig
+from raypipe.config import RetrievalNoiseConfig
 from raypipe.eval.datasets import EvalItem
 from raypipe.eval.item_search import ItemSearcher, passage_groups
 from raypipe.eval.memo import MemoEngine, MemoScorer, MemoSearcher
@@ -26,6 +26,9 @@ from raypipe.methods import get_method
 from raypipe.methods.base import Method, ToolName, Tools, Variant
 from raypipe.retrieval.perturb import GoldRemovalSearcher, perturbed
 from raypipe.retrieval.types import Searcher
+from raypipe.settings.crag_tools import CRAGConfig
+from raypipe.settings.models import EngineConfig
+from raypipe.settings.retrieval import RetrievalConfig
 
 logger = logging.getLogger(__name__)
 

@@ -7,22 +7,24 @@ its class; classes are imported on first use, so importing this package stays ch
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
-from raypipe.config import MethodName
 from raypipe.errors import ConfigError
 
 if TYPE_CHECKING:
     from raypipe.methods.base import Method
 
-#: name -> "module:Class"; every name of config.MethodName and no other
+#: the registered decoding methods; a `methods.<name>` section each (raypipe.config.MethodsConfig)
+MethodName = Literal["selfrag", "crag", "rag", "selfcrag", "self_reasoning", "direct"]
+
+#: name -> "module:Class"; every name of MethodName and no other
 REGISTRY: dict[str, str] = {
     "selfrag": "raypipe.methods.selfrag.search:SelfRAG",
     "crag": "raypipe.methods.crag.methods:CRAG",
     "rag": "raypipe.methods.crag.methods:RAG",
     "selfcrag": "raypipe.methods.crag.selfcrag:SelfCRAG",
     "self_reasoning": "raypipe.methods.self_reasoning.method:SelfReasoning",
-    "direct": "raypipe.methods.direct:Direct",
+    "direct": "raypipe.methods.direct.method:Direct",
 }
 
 METHOD_NAMES: tuple[str, ...] = get_args(MethodName)

@@ -3,7 +3,7 @@
 A method (Self-RAG, CRAG, Self-Reasoning, plain RAG) takes a batch of neutral requests and returns
 neutral results, plus a method-specific `trace` (Self-RAG: segments and reflection-token
 distributions). It is built from a bundle of tools (engine, retriever, second search source, ...) and
-run with its own settings (a `MethodSettings` model in raypipe/config.py: its config section
+run with its own settings (a `MethodSettings` model in its package's `settings.py`: its config section
 `methods.<name>`, and the schema of its per-request controls). A method knows nothing of Ray, HTTP or Ray Data: eval wraps
 it in a Ray Data actor, serving in a Serve deployment, both through the registry
 (`raypipe.methods.get_method`). See ARCHITECTURE.md, "Methods".
@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
-from raypipe.config import MethodSettings
 from raypipe.errors import ConfigError
 from raypipe.methods.closed_set import Option
+from raypipe.methods.settings import MethodSettings
 from raypipe.retrieval.types import Searcher
 
 if TYPE_CHECKING:  # the engine module imports torch and transformers: seconds the HTTP ingress need not pay

@@ -27,11 +27,14 @@ import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from raypipe import tokens
-from raypipe.config import LMImportConfig, RaypipeConfig
 from raypipe.errors import ModelError
+from raypipe.settings.models import LMImportConfig
+
+if TYPE_CHECKING:
+    from raypipe.config import RaypipeConfig
 
 logger = logging.getLogger(__name__)
 

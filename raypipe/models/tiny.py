@@ -16,10 +16,10 @@ import pyarrow.parquet as pq
 import torch
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
-from raypipe.config import TinyModelConfig
 from raypipe.errors import ConfigError, DataError
 from raypipe.models.tokenizer import train_tokenizer
 from raypipe.prompts import format_generator_prompt
+from raypipe.settings.models import TinyModelConfig
 
 logger = logging.getLogger(__name__)
 

@@ -17,11 +17,11 @@ from typing import Any
 
 import httpx
 
-from raypipe.config import RetrievalConfig, SearchBackendConfig
 from raypipe.errors import ConfigError, DataError, RaypipeError
 from raypipe.http_retry import NoResponse, RetryPolicy
 from raypipe.retrieval.retriever import DenseRetriever
 from raypipe.retrieval.types import Hit, Searcher
+from raypipe.settings.retrieval import RetrievalConfig, SearchBackendConfig
 
 logger = logging.getLogger(__name__)
 

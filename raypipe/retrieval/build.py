@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import faiss
 import numpy as np
@@ -28,7 +28,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from raypipe.config import IndexConfig, RaypipeConfig
 from raypipe.data.io import list_data_files
 from raypipe.errors import ConfigError, DataError
 from raypipe.retrieval import index as faiss_index
@@ -44,6 +43,10 @@ from raypipe.retrieval.embed import (
 from raypipe.retrieval.manifest import INDEX_FILE, MANIFEST_FILE, PASSAGES_FILE, Manifest
 from raypipe.retrieval.store import write_passages
 from raypipe.runtime import ensure_ray
+from raypipe.settings.retrieval import IndexConfig
+
+if TYPE_CHECKING:
+    from raypipe.config import RaypipeConfig
 
 logger = logging.getLogger(__name__)
 

@@ -20,10 +20,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from raypipe.config import EncoderConfig, IndexConfig, LimitsConfig
 from raypipe.data.io import read_records, write_parquet
 from raypipe.data.schemas import PASSAGE_SCHEMA
 from raypipe.errors import DataError
+from raypipe.settings.data import LimitsConfig
+from raypipe.settings.retrieval import EncoderConfig, IndexConfig
 
 logger = logging.getLogger(__name__)
 

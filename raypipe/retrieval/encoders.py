@@ -14,8 +14,8 @@ from typing import Literal, Protocol
 
 import numpy as np
 
-from raypipe.config import EncoderConfig
 from raypipe.errors import ConfigError, ModelError
+from raypipe.settings.retrieval import EncoderConfig
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from raypipe.errors import DataError
 from raypipe.retrieval.types import Passage, Searcher, query_owner
 
 if TYPE_CHECKING:
-    from raypipe.config import DocumentNoise
+    from raypipe.settings.retrieval import DocumentNoise
 
 
 def seeded_rng(seed: int, *key: str) -> random.Random:

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from raypipe.config import EncoderConfig, IndexConfig, RaypipeConfig, RetrievalConfig
 from raypipe.retrieval import index as faiss_index
 from raypipe.retrieval.encoders import Encoder, build_encoder
 from raypipe.retrieval.manifest import INDEX_FILE, PASSAGES_FILE, Manifest
 from raypipe.retrieval.store import PassageStore
 from raypipe.retrieval.types import Hit
+from raypipe.settings.retrieval import EncoderConfig, IndexConfig, RetrievalConfig
+
+if TYPE_CHECKING:
+    from raypipe.config import RaypipeConfig
 
 logger = logging.getLogger(__name__)
 

@@ -28,9 +28,10 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from raypipe.config import MethodSettings, RaypipeConfig
+from raypipe.config import RaypipeConfig
 from raypipe.errors import RaypipeError
 from raypipe.methods.base import MethodRequest
+from raypipe.methods.settings import MethodSettings
 from raypipe.serving.auth import BearerAuth
 from raypipe.serving.body_limit import BodyLimit
 from raypipe.serving.schemas import UNKNOWN_METHOD, check_defaults_within_limits, request_models
@@ -204,7 +205,7 @@ def build_api(cfg: RaypipeConfig, backend: DecodeBackend, auth_digest: str | Non
     async def answer(method: str, request: MethodRequest, controls: Any) -> tuple[dict[str, Any], float]:
         start = time.perf_counter()
         try:
-            settings = controls.settings(getattr(cfg.methods, method))
+            settings = controls.to_settings(getattr(cfg.methods, method))
         except ValidationError as exc:  # controls valid one by one but not together (lower > upper)
             raise RequestValidationError([{**e, "loc": ("body", method, *e["loc"])} for e in exc.errors()]) from None
         result = await backend.decode(method, request, settings, controls.top_k or cfg.retrieval.top_k)

@@ -15,9 +15,9 @@ from typing import Any
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from raypipe.config import MethodSettings
 from raypipe.methods import get_method
 from raypipe.methods.base import MethodRequest, MethodResult, Tools
+from raypipe.methods.settings import MethodSettings
 from raypipe.models import load_tokenizer
 from raypipe.models.prompt_format import generator_prompt
 from raypipe.serving.remote import CallClock, RemoteEngine, RemoteScorer, RemoteSearcher

@@ -26,12 +26,14 @@ from typing import Any
 import torch
 from ray import serve
 
-from raypipe.config import EngineConfig, EvaluatorConfig, RetrievalConfig
 from raypipe.inference.engines import make_engine
 from raypipe.inference.engines.base import Generation, GenerationParams
 from raypipe.retrieval.retriever import load_retriever
 from raypipe.retrieval.types import Passage
 from raypipe.serving.batching import run_grouped
+from raypipe.settings.crag_tools import EvaluatorConfig
+from raypipe.settings.models import EngineConfig
+from raypipe.settings.retrieval import RetrievalConfig
 
 logger = logging.getLogger(__name__)
 

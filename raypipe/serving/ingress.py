@@ -13,8 +13,9 @@ from ray import serve
 from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
 from ray.serve.handle import DeploymentHandle
 
-from raypipe.config import MethodSettings, RaypipeConfig
+from raypipe.config import RaypipeConfig
 from raypipe.methods.base import MethodRequest
+from raypipe.methods.settings import MethodSettings
 from raypipe.serving.api import DecodeTimeout, Overloaded, build_api
 
 

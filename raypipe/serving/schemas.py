@@ -2,8 +2,9 @@
 a method's settings.
 
 A request names its `method` (one of `serve.methods`; `serve.default_method` when it names none) and
-carries that method's controls: per-request overrides of its `methods.<name>` settings, plus `top_k`
-(passages per search, default `retrieval.top_k`). The limits (prompt length, K, beam width, depth, max
+carries that method's controls: per-request overrides of its `methods.<name>` settings (the settings
+model's fields, made optional: `controls_model`), plus `top_k` (passages per search, default
+`retrieval.top_k`). The limits (prompt length, K, beam width, depth, max
 tokens) come from `ServeConfig`, so the models are made per app by `request_models(cfg)`: FastAPI
 then answers an unknown method or an over-limit value with the same 422 as any other invalid field,
 naming the field, and the OpenAPI document declares them (`maximum`, `maxLength`; `_declare`), so the
@@ -19,7 +20,7 @@ refused, and strings must be Unicode text (no lone surrogates).
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Literal, TypeVar, Union
+from typing import Annotated, Any, Literal, TypeVar, Union
 
 from pydantic import (
     BaseModel,
@@ -28,23 +29,16 @@ from pydantic import (
     Field,
     Tag,
     ValidationInfo,
-    WithJsonSchema,
     create_model,
     field_validator,
 )
 from pydantic_core import PydanticCustomError
 
-from raypipe.config import (
-    CRAGActions,
-    MethodSettings,
-    RaypipeConfig,
-    RetrievalMode,
-    ServeConfig,
-    reflection_tokens_only,
-)
+from raypipe.config import MethodsConfig, RaypipeConfig, ServeConfig
 from raypipe.errors import ConfigError
 from raypipe.methods.base import MethodRequest
-from raypipe.tokens import REFLECTION_TOKENS
+from raypipe.methods.settings import MethodSettings
+from raypipe.settings.base import is_server_only
 
 V = TypeVar("V")
 
@@ -86,105 +80,57 @@ class RequestModel(BaseModel):
         return value
 
 
-#: a reflection token; the document lists them, so that a client knows the allowed values (the validator
-#: of `forbid` names them in its 422)
-ReflectionToken = Annotated[str, WithJsonSchema({"type": "string", "enum": list(REFLECTION_TOKENS)})]
-
-
 class MethodControls(RequestModel):
-    """Per-request overrides of a method's settings; a field left out keeps the server's default.
-    `renames` maps an API field onto its settings field where the API keeps OpenAI's name."""
+    """Per-request overrides of a method's settings (`controls_model` derives one model per method); a
+    field left out, or null, keeps the server's default."""
 
     model_config = ConfigDict(extra="forbid")
-    renames: ClassVar[dict[str, str]] = {}
 
     top_k: int | None = Field(None, ge=1, description="passages per search (K)")
 
-    def settings(self, base: MethodSettings) -> MethodSettings:
-        """`base` with this request's overrides: its own fields, not top_k (a retrieval setting) nor the
-        request's text and method when the controls ride in a /v1/generate body."""
+    def to_settings(self, server_defaults: MethodSettings) -> MethodSettings:
+        """`server_defaults` with this request's overrides: its own fields, not top_k (a retrieval setting)
+        nor the request's text and method when the controls ride in a /v1/generate body. Validated as
+        the settings, so that controls valid one by one but not together (lower > upper) are refused."""
         update = self.model_dump(exclude_none=True, exclude={"top_k", "method", *GenerateRequest.model_fields})
-        update = {self.renames.get(k, k): v for k, v in update.items()}
-        return type(base).model_validate({**base.model_dump(), **update})
+        update = {_SETTINGS_NAMES.get(k, k): v for k, v in update.items()}
+        return type(server_defaults).model_validate({**server_defaults.model_dump(), **update})
 
 
-class SelfRAGControls(MethodControls):
-    """Self-RAG §3.3: retrieval mode and threshold δ, beam width B, max depth T, the critique weights
-    of Eq. 4, hard constraints, tokens per segment."""
-
-    renames: ClassVar[dict[str, str]] = {"max_tokens": "max_new_tokens"}
-
-    mode: RetrievalMode | None = None
-    threshold: float | None = Field(None, ge=0.0, le=1.0, description="δ of adaptive retrieval")
-    beam_width: int | None = Field(None, ge=1, description="segment-level beam width (B)")
-    max_depth: int | None = Field(None, ge=1, description="segments per answer at most (T)")
-    w_is_rel: float | None = Field(None, allow_inf_nan=False)
-    w_is_sup: float | None = Field(None, allow_inf_nan=False)
-    w_is_use: float | None = Field(None, allow_inf_nan=False)
-    forbid: list[ReflectionToken] | None = Field(None, description="reflection tokens whose continuations are dropped")
-    max_tokens: int | None = Field(None, ge=1, description="tokens per segment at most")
-
-    @field_validator("forbid")
-    @classmethod
-    def _reflection_tokens_only(cls, value: list[str] | None) -> list[str] | None:
-        return value if value is None else reflection_tokens_only(value)
+#: settings field -> its name in the API, where the API keeps OpenAI's: the token cap of every method
+_API_NAMES = {"max_new_tokens": "max_tokens"}
+_SETTINGS_NAMES = {api: name for name, api in _API_NAMES.items()}
 
 
-class SelfReasoningControls(MethodControls):
-    """Self-Reasoning: the trajectory's token budget, what `text` holds (the short answer or the
-    analysis with citations), and Figure 3's robustness settings."""
-
-    renames: ClassVar[dict[str, str]] = {"max_tokens": "max_new_tokens"}
-
-    max_tokens: int | None = Field(None, ge=1, description="tokens of the whole trajectory at most")
-    text: Literal["auto", "answer", "analysis"] | None = None
-    doc_order: Literal["retrieved", "shuffled"] | None = None
-    noise_fraction: float | None = Field(None, ge=0.0, le=1.0)
-
-
-class CorrectiveControls(MethodControls):
-    """CRAG's corrective step (CRAG §4.3-4.5): the trigger's thresholds and ablations, strip
-    refinement (filter, top-k; `strip_filter: -1` keeps every strip), web search on/off, its rewriter,
-    result count and evaluator selection. Thresholds that end up out of order are a 422."""
-
-    upper: float | None = Field(None, ge=-1.0, le=1.0, description="Correct when some document scores >= this")
-    lower: float | None = Field(None, ge=-1.0, le=1.0, description="Incorrect when every document scores < this")
-    actions: CRAGActions | None = Field(None, description="action ablations (CRAG Tables 2 and 11)")
-    refine: bool | None = Field(None, description="decompose-then-recompose the documents (CRAG §4.4)")
-    strip_filter: float | None = Field(None, ge=-1.0, le=1.0, description="strips scoring below this are dropped")
-    strip_top_k: int | None = Field(None, ge=1, description="strips kept at most")
-    web: bool | None = Field(None, description="web search for Incorrect and Ambiguous (CRAG §4.5)")
-    rewriter: Literal["lm", "openai", "none"] | None = Field(None, description="the web query rewriter")
-    web_top_k: int | None = Field(None, ge=1, description="web results kept per query")
-    web_select: bool | None = Field(None, description="select web paragraphs with the evaluator")
+def controls_model(settings: type[MethodSettings]) -> type[MethodControls]:
+    """A method's request controls, derived from its settings so that a new setting needs no edit here:
+    every field that is not `ServerOnly`, under its API name, optional (None keeps the server's
+    default), with the settings' constraints, descriptions and field validators. Stricter than a YAML
+    file (`RequestModel`); the server's caps on some of them are added per app (`request_models`)."""
+    fields: dict[str, Any] = {}
+    for name, field in settings.model_fields.items():
+        if not is_server_only(field):
+            optional = field.annotation | None
+            if field.metadata:  # its constraints (ge, le, ...)
+                optional = Annotated[(optional, *field.metadata)]
+            fields[_API_NAMES.get(name, name)] = (optional, Field(None, description=field.description))
+    checks = {}
+    for name, decorator in settings.__pydantic_decorators__.field_validators.items():
+        targets = [_API_NAMES.get(f, f) for f in decorator.info.fields if _API_NAMES.get(f, f) in fields]
+        if targets:
+            checks[name] = field_validator(*targets, mode=decorator.info.mode)(_unless_null(decorator.func))
+    return create_model(settings.__name__.removesuffix("Settings") + "Controls", __base__=MethodControls,
+                        __module__=__name__, __validators__=checks, **fields)
 
 
-class CRAGControls(CorrectiveControls):
-    """CRAG with a plain generator: the corrective controls, which generator, tokens to write."""
-
-    renames: ClassVar[dict[str, str]] = {"max_tokens": "max_new_tokens"}
-
-    generator: Literal["lm", "engine"] | None = Field(None, description="the instruct LM or the Self-RAG generator")
-    max_tokens: int | None = Field(None, ge=1, description="tokens of the answer at most")
-
-
-class PlainGeneratorControls(MethodControls):
-    """Standard RAG and direct generation: which plain generator, tokens to write."""
-
-    renames: ClassVar[dict[str, str]] = {"max_tokens": "max_new_tokens"}
-
-    generator: Literal["lm", "engine"] | None = Field(None, description="the instruct LM or the Self-RAG generator")
-    max_tokens: int | None = Field(None, ge=1, description="tokens of the answer at most")
-
-
-class SelfCRAGControls(SelfRAGControls, CorrectiveControls):
-    """Self-CRAG: Self-RAG's controls and CRAG's corrective ones."""
+def _unless_null(check: Callable[[Any], Any]) -> Any:
+    """A settings validator for a control: a null control is no value to check."""
+    return classmethod(lambda cls, value: value if value is None else check(value))
 
 
 #: method name -> its controls model; every served method has one
-CONTROLS: dict[str, type[MethodControls]] = {"selfrag": SelfRAGControls, "self_reasoning": SelfReasoningControls,
-                                             "crag": CRAGControls, "rag": PlainGeneratorControls,
-                                             "direct": PlainGeneratorControls, "selfcrag": SelfCRAGControls}
+CONTROLS: dict[str, type[MethodControls]] = {name: controls_model(field.annotation)
+                                             for name, field in MethodsConfig.model_fields.items()}
 
 
 class GenerateRequest(RequestModel):
@@ -421,7 +367,7 @@ def check_defaults_within_limits(cfg: RaypipeConfig) -> None:
     for m in cfg.serve.methods:
         settings = getattr(cfg.methods, m)
         for field in CONTROLS[m].model_fields:
-            name = CONTROLS[m].renames.get(field, field)
+            name = _SETTINGS_NAMES.get(field, field)
             if field in limits and field != "top_k" and name in type(settings).model_fields:
                 defaults[f"methods.{m}.{name}"] = (field, getattr(settings, name))
     broken = [f"{key}={value} > serve.{limits[field][0]}={limits[field][1]}"

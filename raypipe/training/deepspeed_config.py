@@ -14,8 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from raypipe.config import TrainConfig
 from raypipe.errors import ConfigError
+from raypipe.settings.training import TrainConfig
 
 AUTO = "auto"
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from raypipe.config import TrainConfig, TrainStage
 from raypipe.runtime import WORKER_ENV, use_installed_ninja
+from raypipe.settings.training import TrainConfig, TrainStage
 from raypipe.training.checkpoint import MODEL_DIR, TrainState, restore_checkpoint, save_checkpoint
 
 logger = logging.getLogger(__name__)

@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from raypipe.config import RaypipeConfig, TrainConfig, TrainStage
+from raypipe.config import RaypipeConfig
 from raypipe.errors import ConfigError, RaypipeError
 from raypipe.models.prompt_format import resolve_format
 from raypipe.prompts import PromptFormatName
+from raypipe.settings.training import TrainConfig, TrainStage
 from raypipe.training.checkpoint import MODEL_DIR, TrainState
 from raypipe.training.data import StepPlan, encode_dataset, plan_steps
 from raypipe.training.deepspeed_config import load_deepspeed_config

@@ -11,13 +11,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from raypipe.config import EncoderConfig, IndexConfig, RaypipeConfig, RetrievalConfig
+from raypipe.config import RaypipeConfig
 from raypipe.errors import DataError
 from raypipe.retrieval import DenseRetriever
 from raypipe.retrieval import index as fi
 from raypipe.retrieval.build import add_in_parallel, run_build_index, sample_vectors
 from raypipe.retrieval.embed import read_vectors, shard_path
 from raypipe.retrieval.encoders import build_encoder, passage_texts
+from raypipe.settings.retrieval import EncoderConfig, IndexConfig, RetrievalConfig
 
 SCHEMA = pa.schema([("id", pa.string()), ("title", pa.string()), ("text", pa.string())])
 ANIMALS = ["otter", "heron", "lynx", "ibex", "wren", "newt", "orca"]

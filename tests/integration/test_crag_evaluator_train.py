@@ -12,11 +12,14 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from raypipe.config import CRAGConfig, EvaluatorTrainConfig, RaypipeConfig, RetrievalConfig, WorldConfig
+from raypipe.config import RaypipeConfig
 from raypipe.data.io import list_data_files
 from raypipe.methods.crag.evaluator import CrossEncoderEvaluator
 from raypipe.methods.crag.evaluator_data import as_document
 from raypipe.methods.crag.evaluator_train import SUCCESS, run_train_evaluator, steps_per_epoch
+from raypipe.settings.crag_tools import CRAGConfig, EvaluatorTrainConfig
+from raypipe.settings.data import WorldConfig
+from raypipe.settings.retrieval import RetrievalConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from cluster_faults import flat_index  # noqa: E402

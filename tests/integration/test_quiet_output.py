@@ -14,7 +14,7 @@ DRIVER = """
 from raypipe.logs import setup_logging
 setup_logging()
 import ray
-from raypipe.config import RayConfig
+from raypipe.settings.cluster import RayConfig
 from raypipe.runtime import ensure_ray
 
 ensure_ray(RayConfig(num_cpus=1))

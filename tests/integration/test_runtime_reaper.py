@@ -23,7 +23,7 @@ DRIVER = """
 import os, sys
 import ray
 from ray._private import worker
-from raypipe.config import RayConfig
+from raypipe.settings.cluster import RayConfig
 from raypipe.runtime import ensure_ray
 
 ensure_ray(RayConfig(num_cpus=1))

@@ -22,20 +22,14 @@ import httpx
 import pyarrow.parquet as pq
 import pytest
 
-from raypipe.config import (
-    CRAGConfig,
-    CRAGSettings,
-    EngineConfig,
-    EvaluatorConfig,
-    MethodsConfig,
-    RaypipeConfig,
-    RetrievalConfig,
-    SearchBackendConfig,
-    SelfRAGSettings,
-    SelfReasoningSettings,
-    ServeConfig,
-)
+from raypipe.config import MethodsConfig, RaypipeConfig, ServeConfig
 from raypipe.data.io import list_data_files
+from raypipe.methods.crag.settings import CRAGSettings
+from raypipe.methods.self_reasoning.settings import SelfReasoningSettings
+from raypipe.methods.selfrag.settings import SelfRAGSettings
+from raypipe.settings.crag_tools import CRAGConfig, EvaluatorConfig
+from raypipe.settings.models import EngineConfig
+from raypipe.settings.retrieval import RetrievalConfig, SearchBackendConfig
 from raypipe.tokens import GROUP_TOKENS, Group
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

@@ -16,21 +16,16 @@ import socket
 import httpx
 import pytest
 
-from raypipe.config import (
-    CRAGConfig,
-    DirectSettings,
-    EngineConfig,
-    MethodsConfig,
-    QualityConfig,
-    RaypipeConfig,
-    ServeConfig,
-    TeacherConfig,
-)
+from raypipe.config import MethodsConfig, RaypipeConfig, ServeConfig
+from raypipe.methods.direct.settings import DirectSettings
 from raypipe.methods.self_reasoning.format import Doc
 from raypipe.methods.self_reasoning.generate import funnel, judge_reply
 from raypipe.methods.self_reasoning.items import TrajectoryItem
 from raypipe.methods.self_reasoning.quality import WorldChecker
 from raypipe.methods.self_reasoning.teachers import OpenAITrajectoryTeacher
+from raypipe.settings.crag_tools import CRAGConfig
+from raypipe.settings.models import EngineConfig
+from raypipe.settings.teachers import QualityConfig, TeacherConfig
 
 pytestmark = pytest.mark.slow
 

@@ -17,9 +17,10 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from raypipe.config import GeneratorTrainConfig, RaypipeConfig, TrainConfig, TrainingConfig, TrainStage
+from raypipe.config import RaypipeConfig
 from raypipe.errors import RaypipeError
 from raypipe.prompts import format_generator_prompt
+from raypipe.settings.training import GeneratorTrainConfig, TrainConfig, TrainingConfig, TrainStage
 from raypipe.tokens import (
     FULLY_SUPPORTED,
     GROUP_TOKENS,

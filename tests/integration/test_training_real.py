@@ -11,10 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from raypipe.config import GeneratorTrainConfig, RaypipeConfig, TrainingConfig, TrainStage
+from raypipe.config import RaypipeConfig
 from raypipe.models import load_model, load_tokenizer, reflection_token_ids
 from raypipe.models.prompt_format import generator_prompt, recorded_format
 from raypipe.prompts import GeneratorPrompt
+from raypipe.settings.training import GeneratorTrainConfig, TrainingConfig, TrainStage
 from raypipe.tokens import FULLY_SUPPORTED, NO_RETRIEVAL, RELEVANT, RETRIEVAL, UTILITY, format_paragraph
 from raypipe.training.data import collate
 from raypipe.training.encode import encode_row

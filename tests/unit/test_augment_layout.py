@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from raypipe.augment.pipeline import algorithm_steps, step_groups
-from raypipe.config import AugmentConfig
+from raypipe.settings.augment import AugmentConfig
 
 
 def test_fused_layout_runs_every_step_in_one_actor():

@@ -15,9 +15,10 @@ from raypipe import tokens as T
 from raypipe.augment import stages
 from raypipe.augment.sampling import apply_sampling
 from raypipe.augment.state import InstanceState
-from raypipe.config import SamplingConfig, SegmentationConfig
 from raypipe.data.segment import Segmenter
 from raypipe.prompts import ASPECT_LABELS, Aspect, CriticExample
+from raypipe.settings.augment import SamplingConfig
+from raypipe.settings.data import SegmentationConfig
 
 
 @dataclass

@@ -13,9 +13,10 @@ import pytest
 from raypipe.augment import pipeline, stages
 from raypipe.augment.stages import REJECT, REJECT_DETAIL, REJECT_FIELD
 from raypipe.augment.state import InstanceState
-from raypipe.config import LimitsConfig, RaypipeConfig, SegmentationConfig
+from raypipe.config import RaypipeConfig
 from raypipe.data.segment import Segmenter
 from raypipe.errors import ConfigError, DataError
+from raypipe.settings.data import LimitsConfig, SegmentationConfig
 
 
 def invalid_utf8(values: list[bytes]) -> pa.Array:

@@ -6,12 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from raypipe.config import (
-    EvalConfig,
-    load_config,
-    parse_override,
-)
+from raypipe.config import EvalConfig, load_config
 from raypipe.errors import ConfigError
+from raypipe.settings.loader import parse_override
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -105,7 +102,8 @@ def test_paths_derive_from_the_run_dir_unless_set():
 
 def test_default_run_dir_reproduces_every_section_default():
     """The sections' own defaults (used when a section is built alone) equal the derivation rules."""
-    from raypipe.config import DERIVED_PATHS, RaypipeConfig, _get
+    from raypipe.config import RaypipeConfig
+    from raypipe.settings.paths import DERIVED_PATHS, get_path
 
     derived = RaypipeConfig()
     # every section built alone (a section added later is covered without editing this test)
@@ -116,7 +114,7 @@ def test_default_run_dir_reproduces_every_section_default():
         for part in rest.split("."):
             standalone = getattr(standalone, part)
         if standalone is not None:
-            assert _get(derived, key) == standalone, key
+            assert get_path(derived, key) == standalone, key
     assert derived.eval.eval_sets == EvalConfig().eval_sets
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from raypipe.config import CRAGSettings, CRAGSweeps, RAGSettings, SelfCRAGSettings, load_config
+from raypipe.config import load_config
 from raypipe.errors import ConfigError, DataError
 from raypipe.eval.metrics import judge, summarize
 from raypipe.inference.engines.base import Engine, Generation, GenerationParams
@@ -19,9 +19,12 @@ from raypipe.methods.closed_set import verdict_options
 from raypipe.methods.crag.knowledge import Corrector
 from raypipe.methods.crag.methods import CRAG, RAG
 from raypipe.methods.crag.rewrite import LMRewriter, RawRewriter, parse_keywords, rewrite_prompt
+from raypipe.methods.crag.settings import CRAGSettings, CRAGSweeps
 from raypipe.methods.crag.strips import Strip, decompose, recompose, select
 from raypipe.methods.crag.trigger import Action, trigger
 from raypipe.methods.crag.web import prefer, search_web
+from raypipe.methods.rag.settings import RAGSettings
+from raypipe.methods.selfcrag.settings import SelfCRAGSettings
 from raypipe.retrieval.backends import SearchBackendError
 from raypipe.retrieval.types import Hit
 
@@ -276,8 +279,8 @@ def test_rag_reads_raw_passages_and_engine_generator_uses_the_selfrag_format():
 
 
 def test_direct_answers_without_retrieval_with_either_generator():
-    from raypipe.config import DirectSettings
-    from raypipe.methods.direct import Direct
+    from raypipe.methods.direct.method import Direct
+    from raypipe.methods.direct.settings import DirectSettings
 
     t, _, _, lm, engine = tools()
     t.retriever = None  # never searched: a direct answer needs no retriever

@@ -7,13 +7,14 @@ from collections import Counter
 
 import pytest
 
-from raypipe.config import EvaluatorConfig, EvaluatorTrainConfig, WorldConfig
 from raypipe.data.world_entities import World
 from raypipe.errors import ModelError
 from raypipe.methods.crag.evaluator import load_evaluator
 from raypipe.methods.crag.evaluator_data import build_pairs, heldout_entity, passage_by_id, write_pairs
 from raypipe.methods.crag.evaluator_train import confusion, steps_per_epoch, suggest_thresholds
 from raypipe.retrieval.types import Hit
+from raypipe.settings.crag_tools import EvaluatorConfig, EvaluatorTrainConfig
+from raypipe.settings.data import WorldConfig
 
 
 def _world(world_dir) -> tuple[WorldConfig, World]:

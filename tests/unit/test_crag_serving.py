@@ -8,8 +8,10 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from raypipe.config import CRAGSettings, RaypipeConfig, SelfCRAGSettings, load_config
+from raypipe.config import RaypipeConfig, load_config
 from raypipe.methods.base import MethodRequest
+from raypipe.methods.crag.settings import CRAGSettings
+from raypipe.methods.selfcrag.settings import SelfCRAGSettings
 from raypipe.serving.api import build_api
 
 

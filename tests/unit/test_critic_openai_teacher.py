@@ -12,12 +12,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from raypipe import tokens
-from raypipe.config import RaypipeConfig, TeacherConfig
+from raypipe.config import RaypipeConfig
 from raypipe.critic.dataset import run_label
 from raypipe.critic.openai_teacher import OpenAITeacher
 from raypipe.critic.teachers import LabelRequest, make_teacher
 from raypipe.errors import ConfigError, RaypipeError
 from raypipe.prompts import Aspect, CriticExample
+from raypipe.settings.teachers import TeacherConfig
 
 HANG_LIMIT_S = 10.0  # a hanging handler gives up by itself, so a broken test cannot stall the suite
 

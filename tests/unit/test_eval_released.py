@@ -11,15 +11,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from raypipe.config import (
-    CRAGSettings,
-    EngineConfig,
-    RAGSettings,
-    RetrievalConfig,
-    SelfCRAGSettings,
-    SelfRAGSettings,
-    SelfReasoningSettings,
-)
 from raypipe.data.world_tasks import FACT_INSTRUCTION, MC_INSTRUCTION
 from raypipe.errors import DataError
 from raypipe.eval import predict
@@ -29,7 +20,14 @@ from raypipe.eval.metrics import judge
 from raypipe.eval.released import ASQA_INSTRUCTION
 from raypipe.inference.engines.base import Engine
 from raypipe.methods.base import Tools, Variant
+from raypipe.methods.crag.settings import CRAGSettings
+from raypipe.methods.rag.settings import RAGSettings
+from raypipe.methods.self_reasoning.settings import SelfReasoningSettings
+from raypipe.methods.selfcrag.settings import SelfCRAGSettings
+from raypipe.methods.selfrag.settings import SelfRAGSettings
 from raypipe.retrieval.types import Hit
+from raypipe.settings.models import EngineConfig
+from raypipe.settings.retrieval import RetrievalConfig
 
 
 def ctx(pid, title: str, text: str, score="1.5", **extra) -> dict:

@@ -3,10 +3,12 @@ results, and predictions decoded under it never mistaken for clean ones."""
 
 from __future__ import annotations
 
-from raypipe.config import EngineConfig, RetrievalConfig, RetrievalNoiseConfig, load_config
+from raypipe.config import RetrievalNoiseConfig, load_config
 from raypipe.eval.predict import load_tools
 from raypipe.eval.runner import _fingerprint, eval_variants
 from raypipe.retrieval.types import Hit
+from raypipe.settings.models import EngineConfig
+from raypipe.settings.retrieval import RetrievalConfig
 
 
 class CorpusSearcher:

@@ -7,7 +7,6 @@ import random
 
 import pytest
 
-from raypipe.config import SegmentationConfig, WorldConfig
 from raypipe.data.segment import Segmenter
 from raypipe.data.world_entities import World
 from raypipe.data.world_tasks import heldout_longform
@@ -15,6 +14,7 @@ from raypipe.eval.datasets import EvalItem, parse_item
 from raypipe.eval.factscore import factscore, score_sentences, sentence_facts
 from raypipe.eval.metrics import judge, summarize
 from raypipe.eval.rows import Reject
+from raypipe.settings.data import SegmentationConfig, WorldConfig
 
 
 @pytest.fixture(scope="module")

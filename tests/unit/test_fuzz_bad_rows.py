@@ -27,9 +27,9 @@ from hypothesis import strategies as st
 
 from raypipe.augment import pipeline
 from raypipe.augment.stages import REJECT
-from raypipe.config import LimitsConfig
 from raypipe.data.io import iter_batches
 from raypipe.data.schemas import NON_EMPTY
+from raypipe.settings.data import LimitsConfig
 
 LIMIT = 40
 LIMITS = LimitsConfig(max_instruction_chars=LIMIT, max_input_chars=LIMIT, max_output_chars=LIMIT,

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from raypipe.config import LMImportConfig
 from raypipe.errors import ModelError
 from raypipe.models import load_model, load_tokenizer
 from raypipe.models.importer import (
@@ -25,6 +24,7 @@ from raypipe.models.importer import (
     smollm2_source,
     validate_source,
 )
+from raypipe.settings.models import LMImportConfig
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from raypipe.config import LimitsConfig
 from raypipe.data.io import RAW_MAX_CHARS, read_records
+from raypipe.settings.data import LimitsConfig
 
 
 def test_instance_fields_over_their_limits_are_rejected_with_their_size(tmp_path):

@@ -16,7 +16,6 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from raypipe import tokens
-from raypipe.config import TinyModelConfig
 from raypipe.data.schemas import INSTANCE_SCHEMA, PASSAGE_SCHEMA
 from raypipe.errors import ConfigError, DataError, ModelError
 from raypipe.models import (
@@ -31,6 +30,7 @@ from raypipe.models import (
     train_tokenizer,
     world_texts,
 )
+from raypipe.settings.models import TinyModelConfig
 
 CORPUS = [
     f"### Instruction:\nWhere was {name} born?\n\n### Response:\n{name} was born in {city} in {year}."

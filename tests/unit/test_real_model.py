@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from raypipe import tokens
-from raypipe.config import LMImportConfig
 from raypipe.inference.engines.base import GenerationParams
 from raypipe.inference.engines.hf import HFEngine
 from raypipe.models import load_model, reflection_token_ids
 from raypipe.models.importer import MANIFEST, import_model, smollm2_source
 from raypipe.prompts import format_generator_prompt
+from raypipe.settings.models import LMImportConfig
 from raypipe.tokens import GROUP_TOKENS, Group
 
 pytestmark = pytest.mark.slow

@@ -12,9 +12,9 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from raypipe.config import SearchBackendConfig
 from raypipe.errors import ConfigError, DataError
 from raypipe.retrieval.backends import HttpSearchBackend, SearchBackendError
+from raypipe.settings.retrieval import SearchBackendConfig
 
 
 @dataclass

@@ -11,13 +11,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from raypipe.config import EncoderConfig, IndexConfig, RetrievalConfig, SearchBackendConfig
 from raypipe.errors import DataError, IndexMismatchError
 from raypipe.models import minilm_path
 from raypipe.retrieval import DenseRetriever, build_search_backend
 from raypipe.retrieval.build import assemble_index, check_corpus, sample_vectors
 from raypipe.retrieval.embed import ShardEmbedder, is_current, read_vectors, shard_path, source_stamp
 from raypipe.retrieval.encoders import HFEncoder, passage_texts
+from raypipe.settings.retrieval import EncoderConfig, IndexConfig, RetrievalConfig, SearchBackendConfig
 
 CITIES = ["Lisbon", "Oslo", "Nairobi", "Lima", "Hanoi", "Quito", "Perth", "Tunis"]
 JOBS = ["painter", "chemist", "sailor", "architect", "poet", "astronomer"]

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from raypipe.config import EncoderConfig
 from raypipe.errors import ConfigError, ModelError
 from raypipe.models import minilm_path
 from raypipe.retrieval.encoders import HFEncoder, build_encoder, passage_texts
+from raypipe.settings.retrieval import EncoderConfig
 
 TEXTS = [
     "Ada Lovelace wrote the first published algorithm for Babbage's Analytical Engine.",

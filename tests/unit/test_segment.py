@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import spacy
 
-from raypipe.config import SegmentationConfig
 from raypipe.data.segment import Segmenter
 from raypipe.errors import ModelError
+from raypipe.settings.data import SegmentationConfig
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ import re
 import httpx
 import pytest
 
-from raypipe.config import QualityConfig, TeacherConfig, TrajectoryConfig
 from raypipe.methods.self_reasoning.format import (
     FACT_ANSWERS,
     NOT_ENOUGH_INFO,
@@ -32,6 +31,7 @@ from raypipe.methods.self_reasoning.quality import (
 )
 from raypipe.methods.self_reasoning.teachers import ERROR_KINDS, OpenAITrajectoryTeacher, OracleTeacher, Reply
 from raypipe.prompts import Aspect
+from raypipe.settings.teachers import QualityConfig, TeacherConfig, TrajectoryConfig
 from raypipe.tokens import FULLY_SUPPORTED, NO_SUPPORT, PARTIALLY_SUPPORTED
 
 BIRTH = Doc("p1", "Margit Wesburn", "Margit Wesburn (1628) was a Koradian painter born in Umeikar.")

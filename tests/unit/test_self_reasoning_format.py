@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from raypipe.config import SelfReasoningTrainConfig
 from raypipe.methods.self_reasoning.format import (
     FACT_ANSWERS,
     STAGE_MASKS,
@@ -20,6 +19,7 @@ from raypipe.methods.self_reasoning.format import (
     parse_trajectory,
     teacher_instruction,
 )
+from raypipe.settings.training import SelfReasoningTrainConfig
 from raypipe.training.encode import IGNORE_INDEX, encode_example
 
 RAP = "Relevant: True\nRelevant Reason: documents 1 and 3 are about the film.\n"

@@ -8,12 +8,13 @@ from dataclasses import dataclass
 
 import pytest
 
-from raypipe.config import SelfReasoningSettings, load_config
+from raypipe.config import load_config
 from raypipe.inference.engines.base import Engine, Generation, GenerationParams
 from raypipe.methods import get_method
 from raypipe.methods.base import MethodRequest, Tools
 from raypipe.methods.closed_set import verdict_options
 from raypipe.methods.self_reasoning.method import SelfReasoning
+from raypipe.methods.self_reasoning.settings import SelfReasoningSettings
 from raypipe.retrieval.perturb import NoisySearcher
 from raypipe.serving.schemas import CONTROLS
 
@@ -141,7 +142,7 @@ def test_registry_variants_config_and_serving_controls():
                                                      ("self_reasoning_noise50", "robustness")]
     assert variants[2].settings.noise_fraction == 0.5 and variants[2].settings.max_new_tokens == 200
     controls = CONTROLS["self_reasoning"](max_tokens=64, text="analysis")
-    settings = controls.settings(cfg.methods.self_reasoning)
+    settings = controls.to_settings(cfg.methods.self_reasoning)
     assert (settings.max_new_tokens, settings.text) == (64, "analysis")
     with pytest.raises(ValueError):
         CONTROLS["self_reasoning"](noise_fraction=2.0)

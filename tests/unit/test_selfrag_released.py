@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from raypipe.config import EngineConfig, SelfRAGSettings
+from raypipe.methods.selfrag.settings import SelfRAGSettings
+from raypipe.settings.models import EngineConfig
 from raypipe.tokens import RELEVANT, SPECIAL_TOKENS
 
 pytestmark = pytest.mark.gpu

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 import pytest
 from pydantic import ValidationError
 
-from raypipe.config import SelfRAGSettings
 from raypipe.errors import ConfigError
 from raypipe.inference.engines.base import Engine, Generation, GenerationParams, GroupProbs
 from raypipe.methods import get_method
 from raypipe.methods.base import MethodRequest, Tools
 from raypipe.methods.closed_set import verdict_options
 from raypipe.methods.selfrag.search import SelfRAG
+from raypipe.methods.selfrag.settings import SelfRAGSettings
 from raypipe.tokens import (
     FULLY_SUPPORTED,
     GROUP_TOKENS,

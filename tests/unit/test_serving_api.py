@@ -13,12 +13,14 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from raypipe.config import MethodsConfig, RaypipeConfig, RetrievalConfig, SelfRAGSettings, ServeConfig
+from raypipe.config import MethodsConfig, RaypipeConfig, ServeConfig
 from raypipe.errors import ConfigError
 from raypipe.methods.base import MethodRequest
+from raypipe.methods.selfrag.settings import SelfRAGSettings
 from raypipe.serving.api import DecodeTimeout, Overloaded, build_api
 from raypipe.serving.auth import token_digest
 from raypipe.serving.schemas import check_defaults_within_limits, request_models
+from raypipe.settings.retrieval import RetrievalConfig
 
 LIMITS = ServeConfig(max_top_k=5, max_beam_width=3, max_depth_limit=4, max_tokens_limit=64, max_prompt_chars=100,
                      retry_after_s=7)

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from raypipe.config import MethodsConfig, RaypipeConfig, SelfRAGSettings, ServeConfig
+from raypipe.config import MethodsConfig, RaypipeConfig, ServeConfig
 from raypipe.errors import ConfigError
+from raypipe.methods.selfrag.settings import SelfRAGSettings
 from raypipe.serving.app import app_from_config, autoscaling_config, build_app, resolve_paths
 
 

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from raypipe.config import TrainConfig, load_config
+from raypipe.config import load_config
 from raypipe.errors import ConfigError
+from raypipe.settings.training import TrainConfig
 from raypipe.training.data import StepPlan, plan_steps
 from raypipe.training.deepspeed_config import fill_deepspeed_config
 

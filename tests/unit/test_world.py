@@ -11,11 +11,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from raypipe.config import WorldConfig
 from raypipe.data import world_vocab as vocab
 from raypipe.data.schemas import INSTANCE_SCHEMA, PASSAGE_SCHEMA
 from raypipe.data.world import synthesize
 from raypipe.errors import ConfigError
+from raypipe.settings.data import WorldConfig
 
 SMALL = dict(instances=600, seed=11, heldout_fraction=0.2, web_only_fraction=0.5, eval_instances=60,
              shard_size=250)

@@ -7,9 +7,9 @@ import importlib.util
 import logging
 from pathlib import Path
 
-from raypipe.config import EngineConfig
 from raypipe.errors import ConfigError
 from raypipe.inference.engines.base import Engine, Generation, GenerationParams, GroupProbs
+from raypipe.settings.models import EngineConfig
 
 logger = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from raypipe.config import EvaluatorConfig
 from raypipe.errors import ModelError
+from raypipe.settings.crag_tools import EvaluatorConfig
 
 logger = logging.getLogger(__name__)
 

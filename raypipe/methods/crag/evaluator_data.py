@@ -36,13 +36,14 @@ from typing import Any
 
 import pyarrow as pa
 
-from raypipe.config import EvaluatorTrainConfig, WorldConfig
 from raypipe.data.io import write_parquet
 from raypipe.data.world_entities import World
 from raypipe.data.world_facts import Fact
 from raypipe.data.world_passages import passage, web_passage
 from raypipe.data.world_tasks import _claim, training_subject
 from raypipe.retrieval.types import Searcher
+from raypipe.settings.crag_tools import EvaluatorTrainConfig
+from raypipe.settings.data import WorldConfig
 
 #: questions per retriever call
 _SEARCH_BATCH = 256

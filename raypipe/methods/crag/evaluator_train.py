@@ -24,13 +24,16 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from raypipe.config import EvaluatorTrainConfig, RaypipeConfig
 from raypipe.errors import ConfigError, RaypipeError
 from raypipe.methods.crag.evaluator import MANIFEST, OUTPUT, CrossEncoderEvaluator
 from raypipe.methods.crag.evaluator_data import as_document, write_pairs
+from raypipe.settings.crag_tools import EvaluatorTrainConfig
 from raypipe.training.checkpoint import MODEL_DIR, TrainState
+
+if TYPE_CHECKING:
+    from raypipe.config import RaypipeConfig
 
 logger = logging.getLogger(__name__)
 

@@ -22,14 +22,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from raypipe.config import CorrectiveSettings, SegmentationConfig
 from raypipe.methods.base import Citation, MethodRequest, RelevanceScorer
 from raypipe.methods.crag.evaluator_data import as_document
 from raypipe.methods.crag.rewrite import Rewrite, Rewriter
+from raypipe.methods.crag.settings import CorrectiveSettings
 from raypipe.methods.crag.strips import Strip, decompose, recompose, select
 from raypipe.methods.crag.trigger import Action, needs_external, needs_internal, trigger
 from raypipe.methods.crag.web import WebResult, search_web
 from raypipe.retrieval.types import Passage, Searcher
+from raypipe.settings.data import SegmentationConfig
 
 if TYPE_CHECKING:
     from raypipe.data.segment import Segmenter

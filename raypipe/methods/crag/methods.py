@@ -9,12 +9,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from raypipe.config import CorrectiveSettings, CRAGSettings, CRAGSweeps, RAGSettings
 from raypipe.methods.base import Citation, Method, MethodRequest, MethodResult, ToolName, Tools, Variant
 from raypipe.methods.crag.evaluator_data import as_document
 from raypipe.methods.crag.generate import generate_answers
 from raypipe.methods.crag.knowledge import Corrector
 from raypipe.methods.crag.rewrite import make_rewriter
+from raypipe.methods.crag.settings import CorrectiveSettings, CRAGSettings, CRAGSweeps
+from raypipe.methods.rag.settings import RAGSettings
 
 #: ablation -> the settings it changes (Tables 2, 3, 11); `no_web` is ours (web search off)
 ABLATIONS: dict[str, dict[str, Any]] = {

@@ -22,9 +22,9 @@ from typing import Any, Protocol
 
 import httpx
 
-from raypipe.config import CorrectiveSettings
 from raypipe.http_retry import NoResponse, RetryPolicy
 from raypipe.inference.engines.base import Engine, GenerationParams
+from raypipe.methods.crag.settings import CorrectiveSettings
 
 logger = logging.getLogger(__name__)
 

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from raypipe.config import CRAGSweeps, SelfCRAGSettings
 from raypipe.inference.engines.base import Engine, GroupTable
 from raypipe.methods.base import Method, MethodRequest, MethodResult, ToolName, Tools, Variant
 from raypipe.methods.crag.knowledge import Corrector, Knowledge
 from raypipe.methods.crag.methods import ablation_variants, corrective_tools, make_corrector
+from raypipe.methods.crag.settings import CRAGSweeps
 from raypipe.methods.crag.strips import Strip
+from raypipe.methods.selfcrag.settings import SelfCRAGSettings
 from raypipe.methods.selfrag.search import _Decoding
 from raypipe.retrieval.types import Hit, Passage, Searcher, query_owner
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from enum import Enum
 
-from raypipe.config import CRAGActions
+from raypipe.methods.crag.settings import CRAGActions
 
 
 class Action(str, Enum):

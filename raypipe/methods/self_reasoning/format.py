@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, get_args
 
-from raypipe.config import TrajectoryProcess as Process
+from raypipe.methods.self_reasoning.settings import TrajectoryProcess as Process
 from raypipe.prompts import SELFRAG_PROMPT, GeneratorPrompt
 
 # --- field labels (Figure 7) -------------------------------------------------------------------------

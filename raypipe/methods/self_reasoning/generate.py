@@ -35,12 +35,11 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
-from raypipe.config import QualityConfig, RaypipeConfig, RetrievalConfig, TrajectoryConfig
 from raypipe.critic.stable import stable_uniforms
 from raypipe.data.io import read_records, write_jsonl, write_parquet
 from raypipe.errors import DataError, RaypipeError
@@ -65,6 +64,11 @@ from raypipe.methods.self_reasoning.longform import LONGFORM_SET, write_longform
 from raypipe.methods.self_reasoning.quality import SupportChecker, make_checker, quality_control
 from raypipe.methods.self_reasoning.teachers import Reply, make_teacher
 from raypipe.retrieval.types import Searcher
+from raypipe.settings.retrieval import RetrievalConfig
+from raypipe.settings.teachers import QualityConfig, TrajectoryConfig
+
+if TYPE_CHECKING:
+    from raypipe.config import RaypipeConfig
 
 logger = logging.getLogger(__name__)
 

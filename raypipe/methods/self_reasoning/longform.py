@@ -25,7 +25,6 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from raypipe.config import WorldConfig
 from raypipe.data.io import write_jsonl
 from raypipe.methods.self_reasoning.format import Doc
 from raypipe.methods.self_reasoning.items import TrajectoryItem, gold_facts
@@ -37,6 +36,7 @@ from raypipe.methods.self_reasoning.quality import (
     em_recall,
     statements,
 )
+from raypipe.settings.data import WorldConfig
 
 LONGFORM_SET = "heldout_longform.jsonl"
 

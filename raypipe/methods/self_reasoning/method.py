@@ -24,7 +24,6 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from raypipe.config import SelfReasoningSettings, SelfReasoningSweeps
 from raypipe.inference.engines.base import Engine, GenerationParams
 from raypipe.methods.base import Citation, Method, MethodRequest, MethodResult, Tools, Variant
 from raypipe.methods.closed_set import Option, match_option
@@ -38,6 +37,7 @@ from raypipe.methods.self_reasoning.format import (
     format_prompt,
     parse_trajectory,
 )
+from raypipe.methods.self_reasoning.settings import SelfReasoningSettings, SelfReasoningSweeps
 from raypipe.retrieval.perturb import perturbed
 
 logger = logging.getLogger(__name__)

@@ -28,11 +28,11 @@ from dataclasses import asdict, dataclass
 from statistics import fmean
 from typing import Any, Protocol
 
-from raypipe.config import QualityConfig
 from raypipe.errors import ConfigError
 from raypipe.eval.metrics import answer_match
 from raypipe.methods.self_reasoning.format import Doc, Trajectory, citations_in
 from raypipe.methods.self_reasoning.items import TrajectoryItem
+from raypipe.settings.teachers import QualityConfig
 
 logger = logging.getLogger(__name__)
 

@@ -29,7 +29,6 @@ from pathlib import Path
 
 import httpx
 
-from raypipe.config import TeacherConfig
 from raypipe.critic.stable import stable_uniforms
 from raypipe.errors import ConfigError, RaypipeError
 from raypipe.http_retry import NoResponse, RetryPolicy
@@ -44,6 +43,7 @@ from raypipe.methods.self_reasoning.format import (
     teacher_instruction,
 )
 from raypipe.methods.self_reasoning.items import TrajectoryItem
+from raypipe.settings.teachers import TeacherConfig
 
 logger = logging.getLogger(__name__)
 

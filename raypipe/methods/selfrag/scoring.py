@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from raypipe.config import SelfRAGSettings
+from raypipe.methods.selfrag.settings import SelfRAGSettings
 from raypipe.tokens import (
     FULLY_SUPPORTED,
     GROUP_TOKENS,

@@ -27,7 +27,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from raypipe.config import SelfRAGSettings, SelfRAGSweeps
 from raypipe.inference.engines.base import Engine, Generation, GenerationParams, GroupTable
 from raypipe.methods.base import Citation, Method, MethodRequest, MethodResult, ToolName, Tools, Variant
 from raypipe.methods.closed_set import aggregate_options
@@ -39,6 +38,7 @@ from raypipe.methods.selfrag.scoring import (
     segment_probability,
     should_retrieve,
 )
+from raypipe.methods.selfrag.settings import SelfRAGSettings, SelfRAGSweeps
 from raypipe.retrieval.types import Passage, Searcher
 from raypipe.tokens import (
     CONTINUE,

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from raypipe.config import DirectSettings
 from raypipe.methods.base import Method, MethodRequest, MethodResult, ToolName
 from raypipe.methods.crag.generate import generate_answers
+from raypipe.methods.direct.settings import DirectSettings
 
 
 class Direct(Method[DirectSettings]):

@@ -1,0 +1,23 @@
+"""The base of every decoding method's settings, and the plain generator's settings that `rag` and
+`direct` share."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from raypipe.settings.base import Section
+
+
+class MethodSettings(Section):
+    """A decoding method's settings (raypipe.methods): its `methods.<name>` section and the schema of
+    its per-request controls, so that a YAML file and an HTTP request are validated alike."""
+
+
+class PlainGeneratorSettings(MethodSettings):
+    """A plain generator (raypipe.methods.crag.generate): the instruct LM through its chat template
+    (`lm`) or the Self-RAG generator (`engine`), one greedy answer of `max_new_tokens` at most."""
+
+    generator: Literal["lm", "engine"] = Field("lm", description="the instruct LM or the Self-RAG generator")
+    max_new_tokens: int = Field(100, ge=1, description="tokens of the answer at most")

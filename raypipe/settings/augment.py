@@ -1,0 +1,50 @@
+"""Settings of `raypipe augment` (Self-RAG Algorithm 3): D_gen from instances, the critic and the
+retriever."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from raypipe.settings.base import Section
+from raypipe.settings.paths import default_path
+
+
+class SamplingConfig(Section):
+    """Self-RAG App. A.3: drop part of the no-retrieval instances, up-sample [Irrelevant] for QA."""
+
+    drop_no_retrieval: float = Field(0.5, ge=0.0, le=1.0)
+    upsample_irrelevant_qa: float = Field(0.0, ge=0.0)
+    qa_datasets: list[str] = ["nq", "factual_qa"]
+    seed: int = 0
+
+
+class AugmentConfig(Section):
+    instances: str = default_path("augment.instances")
+    critic: str = default_path("augment.critic")
+    out_dir: str = default_path("augment.out_dir")
+    sampling: SamplingConfig = SamplingConfig()
+    #: `fused`: each actor holds the critic, the retriever and the splitter and runs all of
+    #: Algorithm 3 on its batch (`workers` actors of `worker_cpus`): one busy process per core, the
+    #: fastest on CPU. `staged`: one actor pool per model stage (three critic pools of `critic_actors`,
+    #: two retrieval pools of `retriever_actors`), so each model gets its own resources, e.g. the
+    #: critic on GPUs and retrieval on CPUs.
+    layout: Literal["fused", "staged"] = "fused"
+    workers: int = Field(2, ge=1)
+    worker_cpus: float = Field(0.4, gt=0)
+    #: actors per critic stage (three critic stages) and per retrieval stage (two), `staged` layout
+    critic_actors: int = Field(1, ge=1)
+    retriever_actors: int = Field(1, ge=1)
+    #: CPU share of one `staged` actor, and of one stateless task (read, validate, render; in the
+    #: `staged` layout also the splitter's actor): fractional so that the stage pools plus the tasks
+    #: fit on a 2-core laptop. Ray Data 2.60's
+    #: parquet file listing always asks for a whole CPU, so the actors must leave one free.
+    critic_cpus: float = Field(0.15, gt=0)
+    retriever_cpus: float = Field(0.15, gt=0)
+    task_cpus: float = Field(0.25, gt=0)
+    #: GPU share of one critic actor when CUDA is present
+    critic_gpus: float = Field(0.25, gt=0)
+    #: rows per Ray Data batch, and prompts per critic forward pass
+    batch_size: int = Field(256, ge=1)
+    critic_batch_size: int = Field(64, ge=1)

