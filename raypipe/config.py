@@ -5,7 +5,8 @@ for the paper's settings); each job reads the sections it needs. Defaults live i
 (`raypipe.settings` for the jobs' sections, `raypipe.methods.<name>.settings` for each decoding
 method's), so a YAML file only says what differs; artifact paths derive from `run_dir`
 (`raypipe.settings.paths`). Unknown keys are errors: a typo must never silently fall back to a default.
-This module sits above the methods, since eval and serving name them and their settings.
+It imports every method's settings, so it sits above the methods; a lower layer reads its own section
+(`raypipe.settings.*`) and names the whole config only as a type.
 """
 
 from __future__ import annotations

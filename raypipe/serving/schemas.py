@@ -116,7 +116,7 @@ def controls_model(settings: type[MethodSettings]) -> type[MethodControls]:
             fields[_API_NAMES.get(name, name)] = (optional, Field(None, description=field.description))
     checks = {}
     for name, decorator in settings.__pydantic_decorators__.field_validators.items():
-        targets = [_API_NAMES.get(f, f) for f in decorator.info.fields if _API_NAMES.get(f, f) in fields]
+        targets = [api for f in decorator.info.fields if (api := _API_NAMES.get(f, f)) in fields]
         if targets:
             checks[name] = field_validator(*targets, mode=decorator.info.mode)(_unless_null(decorator.func))
     return create_model(settings.__name__.removesuffix("Settings") + "Controls", __base__=MethodControls,
