@@ -41,7 +41,7 @@ lint: setup
 	$(BIN)/ruff check .
 
 bench: setup
-	@for b in benchmarks/[a-z]*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+	@for b in benchmarks/[a-z]*.py; do n=$$(basename $$b .py); echo "== $$n"; $(BIN)/python -m benchmarks.$$n || exit 1; done
 
 clean:
 	rm -rf runs .pytest_cache .ruff_cache

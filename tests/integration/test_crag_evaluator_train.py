@@ -6,7 +6,6 @@ run's checkpoint instead of starting over."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -17,9 +16,7 @@ from raypipe.data.io import list_data_files
 from raypipe.methods.crag.evaluator import CrossEncoderEvaluator
 from raypipe.methods.crag.evaluator_data import as_document
 from raypipe.methods.crag.evaluator_train import SUCCESS, run_train_evaluator, steps_per_epoch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from cluster_faults import flat_index  # noqa: E402
+from tests.cluster_faults import flat_index
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,6 @@ import asyncio
 import json
 import os
 import socket
-import sys
 from pathlib import Path
 
 import httpx
@@ -37,9 +36,7 @@ from raypipe.config import (
 )
 from raypipe.data.io import list_data_files
 from raypipe.tokens import GROUP_TOKENS, Group
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from cluster_faults import flat_index  # noqa: E402
+from tests.cluster_faults import flat_index
 
 pytestmark = pytest.mark.slow
 

@@ -19,12 +19,12 @@ from typing import Any
 import jsonschema
 import pytest
 from fastapi.testclient import TestClient
-from test_serving_api import EchoBackend
 
 from raypipe.config import RaypipeConfig, RetrievalConfig, ServeConfig
 from raypipe.serving.api import DecodeTimeout, Overloaded, build_api
 from raypipe.serving.auth import token_digest
 from raypipe.serving.schemas import CONTROLS
+from tests.unit.test_serving_api import EchoBackend
 
 TOKEN = "s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
