@@ -37,6 +37,7 @@ _rejection.expected_statuses = [*_rejection.expected_statuses, "413"]
 SCHEMA.config.checks.positive_data_acceptance.enabled = False  # see the docstring
 
 
+@pytest.mark.slow
 @SCHEMA.parametrize()
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 def test_no_request_the_document_describes_gets_a_5xx(case):
