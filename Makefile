@@ -1,6 +1,8 @@
 # Two commands on a fresh machine: `make demo` and `make test`. Both bootstrap .venv when missing.
 # torch is installed first from its CPU pin (an unpinned torch pulls a multi-GB CUDA build) and kept
 # pinned through constraints.txt for every later install.
+# `make test-unit` is the fast tier: tests/unit (no Ray) without the tests marked `slow` (the real LM's);
+# `make test` runs every test, those included.
 
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -16,7 +18,7 @@ export TOKENIZERS_PARALLELISM := false
 # Keep every benchmark's and test's numbers comparable and avoid oversubscribing 2 cores.
 export RAY_DEDUP_LOGS := 1
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test test-unit lint bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,11 +39,14 @@ test: setup
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q --durations=30
 
+test-unit: setup
+	$(BIN)/pytest tests/unit -q -m "not slow" --durations=10
+
 lint: setup
 	$(BIN)/ruff check .
 
 bench: setup
-	@for b in benchmarks/[a-z]*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+	@for b in benchmarks/[a-z]*.py; do n=$$(basename $$b .py); echo "== $$n"; $(BIN)/python -m benchmarks.$$n || exit 1; done
 
 clean:
 	rm -rf runs .pytest_cache .ruff_cache

@@ -12,8 +12,8 @@ The critic is `--critic` (default: the demo's trained critic when `make demo` ha
 untrained tiny model, which judges almost nothing worth retrieving and so measures the cheap branch;
 the JSON says which).
 
-    python benchmarks/augment.py            # 150k instances
-    python benchmarks/augment.py --quick    # 300 instances, < 1.5 min
+    python -m benchmarks.augment            # 150k instances
+    python -m benchmarks.augment --quick    # 300 instances, < 1.5 min
 """
 
 from __future__ import annotations
@@ -21,15 +21,12 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks._common import peak_rss_gib_tree, timer, write_result  # noqa: E402
+from benchmarks._common import peak_rss_gib_tree, timer, write_result
 
 DEMO_CRITIC = Path("runs/demo/models/critic")
 
@@ -65,7 +62,7 @@ def sequential_loop(instances_dir: Path, cfg, limit: int, threads: int | None = 
 
     from raypipe.augment import stages
     from raypipe.augment.pipeline import algorithm_steps, load_models
-    from raypipe.augment.sampling import apply_sampling
+    from raypipe.augment.row_sampling import apply_sampling
     from raypipe.augment.state import InstanceState
 
     table = pq.read_table(instances_dir).slice(0, limit)
@@ -88,7 +85,8 @@ def sequential_loop(instances_dir: Path, cfg, limit: int, threads: int | None = 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.augment",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="300 instances, < 1.5 min")
     parser.add_argument("--instances", type=int, help="corpus size (default 150000; quick 300)")
     parser.add_argument("--subset", type=int, help="sequential-loop subset (default 2000; quick 100)")

@@ -15,9 +15,9 @@
 Each method decodes two questions as a warm-up (first-call allocations, spaCy load), then the
 question set timed; one torch thread throughout.
 
-    python benchmarks/crag.py --run-dir runs/crag     # trained evaluator, SmolLM2, faiss + web index
-    python benchmarks/crag.py --run-dir runs/crag --set methods.crag.upper=0.1 ...   # any override
-    python benchmarks/crag.py --quick                 # < 1 min: small world, keyword search, untrained
+    python -m benchmarks.crag --run-dir runs/crag     # trained evaluator, SmolLM2, faiss + web index
+    python -m benchmarks.crag --run-dir runs/crag --set methods.crag.upper=0.1 ...   # any override
+    python -m benchmarks.crag --quick                 # < 1 min: small world, keyword search, untrained
                                                       # evaluator head, tiny model as both generators
 """
 
@@ -27,15 +27,12 @@ import argparse
 import json
 import logging
 import os
-import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks._common import timer, write_result  # noqa: E402
-from raypipe.retrieval.keyword import KeywordSearcher  # noqa: E402
+from benchmarks._common import timer, write_result
+from raypipe.retrieval.keyword import KeywordSearcher
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 logger = logging.getLogger("benchmarks.crag")
@@ -146,7 +143,8 @@ def time_method(method, settings, batches, top_k: int) -> tuple[float, list]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.crag", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes, finishes in under a minute")
     parser.add_argument("--run-dir", default="runs/crag", help="the run (world, indexes, evaluator, crag.lm)")
     parser.add_argument("-c", "--config", help="raypipe config; --run-dir is applied on top")

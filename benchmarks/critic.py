@@ -9,9 +9,9 @@ Targets (issue 4): batched >= 5x single, 2 actors >= 1.6x one. The Ray figures e
 (model loading): throughput counts rows arriving after the first output batch, which is the steady
 state a long labeling job sees; the wall-clock ratio including start-up is reported beside it.
 
-    python benchmarks/critic.py            # full run
-    python benchmarks/critic.py --quick    # < 1 min
-    python benchmarks/critic.py --quick --model runs/demo/models/smollm2   # another critic's cost
+    python -m benchmarks.critic            # full run
+    python -m benchmarks.critic --quick    # < 1 min
+    python -m benchmarks.critic --quick --model runs/demo/models/smollm2   # another critic's cost
 
 `--model` measures a model folder (one with the reflection tokens, e.g. `raypipe models import`'s
 SmolLM2) on the same prompts in place of the tiny critic: what a larger critic would cost the
@@ -23,14 +23,11 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks._common import timer, write_result  # noqa: E402
+from benchmarks._common import timer, write_result
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -134,7 +131,8 @@ def ray_throughput(model_dir: Path, rows: list[dict], actors: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.critic", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes, finishes in under a minute")
     parser.add_argument("--model", type=Path, help="a critic model folder to measure instead of the untrained "
                         "tiny critic (it must hold the reflection tokens), e.g. runs/demo/models/smollm2")

@@ -7,8 +7,8 @@
 
 Targets (issue 7): batched >= 2x sequential at K = 5; overhead <= 10%.
 
-    python benchmarks/decoding.py            # full run
-    python benchmarks/decoding.py --quick    # < 1 min
+    python -m benchmarks.decoding            # full run
+    python -m benchmarks.decoding --quick    # < 1 min
 """
 
 from __future__ import annotations
@@ -17,13 +17,10 @@ import argparse
 import json
 import logging
 import os
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks._common import timer, write_result  # noqa: E402
+from benchmarks._common import timer, write_result
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 logger = logging.getLogger("benchmarks.decoding")
@@ -105,7 +102,8 @@ def reflection_overhead(engine, groups: list[list[str]], max_new_tokens: int, re
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.decoding", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes, finishes in under a minute")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)

@@ -27,8 +27,8 @@ processes (`FAST_FAILURE_DETECTION`, `SMALL_NODES` in tests/cluster_nodes.py, re
 with Ray's defaults a dead node takes about 30 s longer to be declared dead, and a partitioned node
 can stall a job for minutes (a worker-lease request sent to it is retried, not failed).
 
-    python benchmarks/faults.py            # every fault above, 12 shards x 10 instances
-    python benchmarks/faults.py --quick    # the one-node serving fault only (the cluster faults are
+    python -m benchmarks.faults            # every fault above, 12 shards x 10 instances
+    python -m benchmarks.faults --quick    # the one-node serving fault only (the cluster faults are
                                            # tests/integration/test_cluster_faults.py, same helpers)
 """
 
@@ -38,16 +38,11 @@ import argparse
 import os
 import secrets
 import socket
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
-
-from benchmarks._common import timer, write_result  # noqa: E402
+from benchmarks._common import timer, write_result
 
 APP = "faults"
 TOKEN_ENV = "RAYPIPE_FAULTS_BENCH_TOKEN"
@@ -74,7 +69,7 @@ def _world_and_model(work: Path, instances: int) -> tuple[Path, Path]:
 
 def _cluster_faults(work: Path, world: Path, model: Path, index: Any, shards: int, rows: int,
                     payload: dict[str, Any]) -> list[dict[str, Any]]:
-    from cluster_faults import (
+    from tests.cluster_faults import (
         TRAIN_ROWS,
         AugmentInputs,
         augment_clean,
@@ -89,7 +84,7 @@ def _cluster_faults(work: Path, world: Path, model: Path, index: Any, shards: in
         write_generator_rows,
         write_instance_shards,
     )
-    from cluster_nodes import NetnsCluster
+    from tests.cluster_nodes import NetnsCluster
 
     faults = []
     with NetnsCluster(work / "cluster", workers=2) as cluster:
@@ -118,13 +113,13 @@ def _serve_fault(model: Path, index: Any) -> dict[str, Any]:
     """The Serve app of the tiny model on a local Ray instance (one node: a replica's death is a process
     death, the same on any node), its Generator replica killed under load."""
     import ray
-    from cluster_faults import own_processes, serve_replica_kill
     from ray import serve
 
     from raypipe.config import MethodsConfig, RaypipeConfig, ServeConfig
     from raypipe.methods.selfrag.settings import SelfRAGSettings
     from raypipe.serving.app import start_app
     from raypipe.settings.models import EngineConfig
+    from tests.cluster_faults import own_processes, serve_replica_kill
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -149,15 +144,14 @@ def _serve_fault(model: Path, index: Any) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.faults", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help="the serving fault only: `make test` runs the cluster faults in test_cluster_faults.py")
     args = parser.parse_args()
 
-    from cluster_faults import flat_index
-    from cluster_nodes import FAST_FAILURE_DETECTION, SMALL_NODES, netns_unavailable
-
     from raypipe.data.io import list_data_files
+    from tests.cluster_faults import flat_index
+    from tests.cluster_nodes import FAST_FAILURE_DETECTION, SMALL_NODES, netns_unavailable
 
     shards, rows = 12, 10
     payload: dict[str, Any] = {

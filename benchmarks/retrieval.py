@@ -15,8 +15,8 @@ minutes. Queries are template questions about the titles of sampled passages, em
 encoder. 1M passages would fit in memory here (1.5 GB of float32 vectors) but take over an hour to embed on 2 cores, so it is not in the
 default run (`--n-passages 1000000` runs it).
 
-    python benchmarks/retrieval.py            # full run
-    python benchmarks/retrieval.py --quick    # < 1 min once the quick cache exists (~1 min the first time)
+    python -m benchmarks.retrieval            # full run
+    python -m benchmarks.retrieval --quick    # < 1 min once the quick cache exists (~1 min the first time)
 """
 
 from __future__ import annotations
@@ -26,19 +26,16 @@ import logging
 import os
 import random
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
-
-from benchmarks._common import CACHE_DIR, timer, write_result  # noqa: E402
+from benchmarks._common import CACHE_DIR, timer, write_result
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -257,7 +254,8 @@ def run(quick: bool, n_passages: int | None) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.retrieval",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, < 1 min")
     parser.add_argument("--n-passages", type=int, help="corpus size (default: 200000, quick: 2000)")
     args = parser.parse_args()

@@ -8,8 +8,8 @@ per NQ question against Self-RAG's 2.08 s, a ratio of 1.05, both 7B):
    2, depth 3) over the same questions, the same retriever and the same weights (the engine is
    shared, so both methods pay for the same model) -> `sr_vs_selfrag_time_ratio`.
 
-    python benchmarks/self_reasoning.py --model runs/ls_lm/models/self_reasoning -c configs/self_reasoning.yaml
-    python benchmarks/self_reasoning.py --quick     # tiny untrained model, keyword retriever, < 2 min
+    python -m benchmarks.self_reasoning --model runs/ls_lm/models/self_reasoning -c configs/self_reasoning.yaml
+    python -m benchmarks.self_reasoning --quick     # tiny untrained model, keyword retriever, < 2 min
 """
 
 from __future__ import annotations
@@ -18,14 +18,11 @@ import argparse
 import json
 import logging
 import os
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks._common import timer, write_result  # noqa: E402
-from raypipe.retrieval.keyword import KeywordSearcher  # noqa: E402
+from benchmarks._common import timer, write_result
+from raypipe.retrieval.keyword import KeywordSearcher
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 logger = logging.getLogger("benchmarks.self_reasoning")
@@ -62,7 +59,7 @@ def requests_of(eval_dir: Path, limit: int):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.self_reasoning", description=__doc__)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--model", help="the self-reasoning model folder")
     parser.add_argument("-c", "--config", help="raypipe config (retrieval index, eval sets)")

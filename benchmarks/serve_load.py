@@ -14,7 +14,7 @@ of world passages. Every model replica gets `torch_threads=1`: one core's worth 
    must show a scale-up and a scale-down.
 
 Bounded: every phase stops after its seconds or requests; the whole run shuts Serve and Ray down.
-Usage: `python benchmarks/serve_load.py [--quick]`; writes benchmarks/results/serve_load.json.
+Usage: `python -m benchmarks.serve_load [--quick]`; writes benchmarks/results/serve_load.json.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import logging
 import os
 import socket
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -33,16 +32,15 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python benchmarks/serve_load.py`
 
-import httpx  # noqa: E402
+import httpx
 
-from benchmarks._common import timer, write_result  # noqa: E402
-from raypipe.config import MethodsConfig, RaypipeConfig, ServeConfig  # noqa: E402
-from raypipe.methods.selfrag.settings import SelfRAGSettings  # noqa: E402
-from raypipe.settings.data import WorldConfig  # noqa: E402
-from raypipe.settings.models import EngineConfig, TinyModelConfig  # noqa: E402
-from raypipe.settings.retrieval import EncoderConfig, IndexConfig, RetrievalConfig  # noqa: E402
+from benchmarks._common import timer, write_result
+from raypipe.config import MethodsConfig, RaypipeConfig, ServeConfig
+from raypipe.methods.selfrag.settings import SelfRAGSettings
+from raypipe.settings.data import WorldConfig
+from raypipe.settings.models import EngineConfig, TinyModelConfig
+from raypipe.settings.retrieval import EncoderConfig, IndexConfig, RetrievalConfig
 
 logger = logging.getLogger("serve_load")
 APP = "serve-load"
@@ -247,7 +245,8 @@ def _free_port() -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.serve_load",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, ~1.5 minutes")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")

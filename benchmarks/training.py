@@ -22,9 +22,9 @@ Throughput counts every optimizer step but the first (warm-up).
 matrices of 0.3M-28M elements, where partitioning dominates): a few steps of ZeRO-3 and of DDP at 2
 workers, written to `training_<folder>_<precision>.json`.
 
-    python benchmarks/training.py            # full run
-    python benchmarks/training.py --quick    # ~1-1.5 min, most of it Ray Train worker start-up
-    python benchmarks/training.py --model runs/demo/models/smollm2 --precision bf16
+    python -m benchmarks.training            # full run
+    python -m benchmarks.training --quick    # ~1-1.5 min, most of it Ray Train worker start-up
+    python -m benchmarks.training --model runs/demo/models/smollm2 --precision bf16
 """
 
 from __future__ import annotations
@@ -33,13 +33,10 @@ import argparse
 import json
 import logging
 import os
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks._common import timer, write_result  # noqa: E402
+from benchmarks._common import timer, write_result
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -150,7 +147,8 @@ def gemm_gflops(reps: int = 20) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.training",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small model and few steps")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--model", type=Path, default=None,

@@ -40,7 +40,7 @@ class Run:
 
 
 class QuickRuns:
-    """Starts every `benchmarks/<name>.py --quick` on a thread pool; `wait` returns name -> Run."""
+    """Starts every `python -m benchmarks.<name> --quick` on a thread pool; `wait` returns name -> Run."""
 
     def __init__(self) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="raypipe-bench-quick-"))
@@ -59,7 +59,7 @@ class QuickRuns:
         with self.lock:
             if self.closing:  # picked up by the pool as the session ended
                 return Run(-1, "", "[not started: the session ended]", results)
-            proc = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / f"{name}.py"), "--quick"], cwd=ROOT,
+            proc = subprocess.Popen([sys.executable, "-m", f"benchmarks.{name}", "--quick"], cwd=ROOT,
                                     env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             self.procs[name] = proc
         try:

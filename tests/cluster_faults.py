@@ -27,8 +27,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cluster_nodes import (  # noqa: E402
+from raypipe.settings.retrieval import RetrievalConfig
+from tests.cluster_nodes import (
     BIN,
     ROOT,
     SMALL_NODES,
@@ -38,8 +38,6 @@ from cluster_nodes import (  # noqa: E402
     netns_pids,
     process_titles,
 )
-
-from raypipe.settings.retrieval import RetrievalConfig  # noqa: E402
 
 PY = sys.executable
 RUN_TIMEOUT_S = 600

@@ -7,13 +7,11 @@ needs a model gets the same folder, so the suite pays for tokenizer training onc
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_quick  # noqa: E402
+from tests import bench_quick
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

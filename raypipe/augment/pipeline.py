@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 
 from raypipe import tokens as T
 from raypipe.augment import stages
-from raypipe.augment.sampling import apply_sampling
+from raypipe.augment.row_sampling import apply_sampling
 from raypipe.augment.stages import REJECT, REJECT_DETAIL, REJECT_FIELD
 from raypipe.augment.state import InstanceState
 from raypipe.config import RaypipeConfig

@@ -48,7 +48,7 @@ class InstanceState:
     first_evidence: Passage | None = None
     segments: list[SegmentState] = field(default_factory=list)
     utility: str | None = None
-    #: the sampling policy's verdict (sampling.py): dropped rows are kept in the stream, flagged, so
+    #: the sampling policy's verdict (row_sampling.py): dropped rows are kept in the stream, flagged, so
     #: a shard's row count stays checkable; `copies` > 1 means the row is up-sampled
     keep: bool = True
     copies: int = 1

@@ -30,8 +30,8 @@ from typing import Any
 import pyarrow as pa
 
 from raypipe.config import RaypipeConfig
-from raypipe.critic.sampling import PassageIndex, RequestSampler, SampleResult
 from raypipe.critic.stable import stable_uniforms
+from raypipe.critic.teacher_requests import PassageIndex, RequestSampler, SampleResult
 from raypipe.critic.teachers import LabelRequest, Teacher, make_teacher
 from raypipe.data.io import read_records, write_jsonl, write_parquet
 from raypipe.data.segment import Segmenter

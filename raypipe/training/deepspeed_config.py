@@ -4,7 +4,8 @@ Tuning knobs that only DeepSpeed understands (bucket sizes, persistence threshol
 file; values that our config owns (batch geometry, ZeRO stage, precision, clipping) are filled here,
 and a JSON file that hard-codes a different value for one of them is an error rather than a silent
 disagreement between the two files. No "optimizer" block: the loop passes torch's AdamW, which avoids
-compiling DeepSpeed's fused/CPU Adam C++ ops (STACK.md).
+compiling DeepSpeed's fused/CPU Adam C++ ops on first use (measured on 2 CPU cores: fused_adam ~80 s,
+cpu_adam ~70 s with offload).
 """
 
 from __future__ import annotations

@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import math
 
-import bench_quick  # tests/, on the path through tests/conftest.py
 import pytest
+
+from tests import bench_quick
 
 REQUIRED = {
     "retrieval": ["n_passages", "recall_at_10", "qps_ratio_vs_flat", "embed_ratio_2_vs_1_actor"],

@@ -25,16 +25,13 @@ Skipped with the reason when this machine cannot make namespaces (needs root and
 
 from __future__ import annotations
 
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from raypipe.data.io import list_data_files
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from cluster_faults import (  # noqa: E402
+from tests.cluster_faults import (
     TRAIN_ROWS,
     TRAIN_STEPS,
     AugmentInputs,
@@ -52,7 +49,7 @@ from cluster_faults import (  # noqa: E402
     write_generator_rows,
     write_instance_shards,
 )
-from cluster_nodes import NetnsCluster, netns_unavailable  # noqa: E402
+from tests.cluster_nodes import NetnsCluster, netns_unavailable
 
 pytestmark = pytest.mark.slow
 

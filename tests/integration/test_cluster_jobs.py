@@ -20,8 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 from ray.job_submission import JobSubmissionClient
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from cluster_nodes import ROOT, base_env, start_local_head  # noqa: E402
+from tests.cluster_nodes import ROOT, base_env, start_local_head
 
 pytestmark = pytest.mark.slow
 

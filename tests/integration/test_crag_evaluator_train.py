@@ -6,7 +6,6 @@ run's checkpoint instead of starting over."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -20,9 +19,7 @@ from raypipe.methods.crag.evaluator_train import SUCCESS, run_train_evaluator, s
 from raypipe.settings.crag_tools import CRAGConfig, EvaluatorTrainConfig
 from raypipe.settings.data import WorldConfig
 from raypipe.settings.retrieval import RetrievalConfig
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from cluster_faults import flat_index  # noqa: E402
+from tests.cluster_faults import flat_index
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,6 @@ import asyncio
 import json
 import os
 import socket
-import sys
 from pathlib import Path
 
 import httpx
@@ -31,9 +30,7 @@ from raypipe.settings.crag_tools import CRAGConfig, EvaluatorConfig
 from raypipe.settings.models import EngineConfig
 from raypipe.settings.retrieval import RetrievalConfig, SearchBackendConfig
 from raypipe.tokens import GROUP_TOKENS, Group
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from cluster_faults import flat_index  # noqa: E402
+from tests.cluster_faults import flat_index
 
 pytestmark = pytest.mark.slow
 

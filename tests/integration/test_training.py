@@ -8,7 +8,6 @@ in test_cluster_faults.py.
 from __future__ import annotations
 
 import json
-import sys
 import threading
 from pathlib import Path
 
@@ -34,10 +33,9 @@ from raypipe.tokens import (
     Group,
 )
 from raypipe.training.trainer import run_train
+from tests.cluster_faults import Kill, kill_train_worker_after_checkpoint, own_processes
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests"))
-from cluster_faults import Kill, kill_train_worker_after_checkpoint, own_processes  # noqa: E402
 
 pytestmark = pytest.mark.slow
 CITIES = ["Velmora", "Ostrava", "Kelden", "Marrow", "Tillby", "Quensa"]

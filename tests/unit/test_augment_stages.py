@@ -13,7 +13,7 @@ import pytest
 
 from raypipe import tokens as T
 from raypipe.augment import stages
-from raypipe.augment.sampling import apply_sampling
+from raypipe.augment.row_sampling import apply_sampling
 from raypipe.augment.state import InstanceState
 from raypipe.data.segment import Segmenter
 from raypipe.prompts import ASPECT_LABELS, Aspect, CriticExample

@@ -57,6 +57,7 @@ def test_a_file_that_is_not_gguf_names_the_file_and_its_magic(tmp_path):
         _import(bad, tmp_path / "out")
 
 
+@pytest.mark.slow
 def test_truncated_gguf_names_the_file_and_says_truncated(tmp_path, gguf_path):
     cut = tmp_path / "cut.gguf"
     with gguf_path.open("rb") as src, cut.open("wb") as dst:
@@ -66,6 +67,7 @@ def test_truncated_gguf_names_the_file_and_says_truncated(tmp_path, gguf_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_damaged_bytes_are_caught_by_the_wheels_record(tmp_path, gguf_path):
     source = Source("gguf", gguf_path, record_sha256="0" * 64)
     with pytest.raises(ModelError, match=re.escape(str(gguf_path)) + ": corrupt file: sha256 .* differs"):

@@ -198,7 +198,7 @@ def test_load_tokenizer_alone_adds_the_same_tokens(plain_checkpoint):
     assert set(reflection_token_ids(tokenizer)) == set(tokens.SPECIAL_TOKENS)
 
 
-@pytest.mark.parametrize("folder", ["tiny_model_dir", "smollm2_dir"])
+@pytest.mark.parametrize("folder", ["tiny_model_dir", pytest.param("smollm2_dir", marks=pytest.mark.slow)])
 def test_the_torch_free_tokenizer_load_is_what_autotokenizer_loads(folder, request):
     """`load_tokenizer` reads a `tokenizers`-backend folder without AutoTokenizer (whose import pulls in
     torch); it must give the tokenizer AutoTokenizer gives, on a real chat model as on the tiny one."""

@@ -19,13 +19,13 @@ from typing import Any
 import jsonschema
 import pytest
 from fastapi.testclient import TestClient
-from test_serving_api import EchoBackend
 
 from raypipe.config import RaypipeConfig, ServeConfig
 from raypipe.serving.api import DecodeTimeout, Overloaded, build_api
 from raypipe.serving.auth import token_digest
 from raypipe.serving.schemas import CONTROLS
 from raypipe.settings.retrieval import RetrievalConfig
+from tests.unit.test_serving_api import EchoBackend
 
 TOKEN = "s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

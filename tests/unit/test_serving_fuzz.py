@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
-from test_serving_api import EchoBackend
-from test_serving_contract import AUTH, CFG, TOKEN, Target, _targets
 
 from raypipe.serving.api import build_api
 from raypipe.serving.auth import token_digest
+from tests.unit.test_serving_api import EchoBackend
+from tests.unit.test_serving_contract import AUTH, CFG, TOKEN, Target, _targets
 
 APP = build_api(CFG, EchoBackend(), token_digest(TOKEN))
 SCHEMA = schemathesis.openapi.from_asgi("/openapi.json", APP)
@@ -37,6 +37,7 @@ _rejection.expected_statuses = [*_rejection.expected_statuses, "413"]
 SCHEMA.config.checks.positive_data_acceptance.enabled = False  # see the docstring
 
 
+@pytest.mark.slow
 @SCHEMA.parametrize()
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 def test_no_request_the_document_describes_gets_a_5xx(case):

@@ -1,6 +1,6 @@
 """The reflection-token grammar, checked on the Self-RAG paper's own examples.
 
-Every example is transcribed by hand from /work/shared/papers/self-rag.md into raypipe's vocabulary
+Every example is transcribed by hand from the Self-RAG paper into raypipe's vocabulary
 ([Retrieve=Yes] -> [Retrieval], <p>..<p> -> <paragraph>Title\\ntext</paragraph>, ...), keeping the
 output texts verbatim (long passages shortened). The expected structures were read off the examples
 by hand, not produced by the parser. Typographic spaces *between two tokens* in Tables 6 and 7

@@ -1,6 +1,7 @@
 """The vLLM engine (GPU): the same interface and the same exact group normalization as `HFEngine`.
 
-Imported only through `make_engine` on a CUDA machine, since vLLM ships CUDA-only wheels (STACK.md).
+Imported only through `make_engine` on a CUDA machine, since vLLM ships CUDA-only wheels (no CPU wheel
+on PyPI) and pins its own torch.
 
 Two passes, because a top-k logprob list per generated token cannot give exact group probabilities
 and asking for the whole vocabulary at every position (what the released Self-RAG scripts did with
