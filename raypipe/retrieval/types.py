@@ -40,10 +40,11 @@ class Searcher(Protocol):
     """The k best passages of each query, best first (fewer when the source has fewer).
 
     `requests` says whom each query is for: the index, in the batch of requests a method decodes, of
-    the request the query retrieves for (one per query). Methods pass it with every search for their
-    requests; a searcher scoped to one batch of requests (Self-CRAG's knowledge, eval's items' own
-    passages and its removal of accurate results) needs it (`requests_of`), the others ignore it.
-    Callers that search for no request (the augmentation pipeline, `raypipe index search`) leave it out.
+    the request the query retrieves for (one per query). Methods pass it with every search of their
+    retriever (the `retriever` tool); a searcher scoped to one batch of requests (Self-CRAG's
+    knowledge, eval's items' own passages and its removal of accurate results) needs it
+    (`requests_of`), the others ignore it. Searches that no batch scopes leave it out: CRAG's web
+    searches of rewritten queries, the augmentation pipeline, `raypipe index search`.
     """
 
     def search(self, queries: list[str], k: int,
