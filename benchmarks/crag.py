@@ -71,7 +71,7 @@ def quick_tools(work: Path, cfg):
 
     from raypipe.data.world import synthesize
     from raypipe.inference.engines import make_engine
-    from raypipe.methods.base import Tools
+    from raypipe.methods.base import Toolkit
     from raypipe.methods.crag.evaluator import CrossEncoderEvaluator
     from raypipe.settings.data import WorldConfig
     from raypipe.settings.models import EngineConfig
@@ -82,26 +82,28 @@ def quick_tools(work: Path, cfg):
     engine = make_engine(str(tiny), EngineConfig(kind="hf", batch_size=16))
     evaluator = CrossEncoderEvaluator(untrained_evaluator(work / "evaluator"),
                                       batch_size=cfg.crag.evaluator.batch_size, device="cpu")
-    tools = Tools(engine=engine, lm=engine, evaluator=evaluator,
-                  retriever=KeywordSearcher(pq.read_table(world / "passages").to_pylist()),
-                  web=KeywordSearcher(pq.read_table(world / "web" / "passages").to_pylist()))
-    return tools, world / "eval", "tiny untrained (quick)", "tiny untrained (quick)"
+    toolkit = Toolkit(engine=engine, lm=engine, evaluator=evaluator,
+                      retriever=KeywordSearcher(pq.read_table(world / "passages").to_pylist()),
+                      web=KeywordSearcher(pq.read_table(world / "web" / "passages").to_pylist()))
+    return toolkit, world / "eval", "tiny untrained (quick)", "tiny untrained (quick)"
 
 
 def full_tools(work: Path, cfg, generator: str | None):
     """The run's dense retriever, web index, trained evaluator and instruct LM; the Self-RAG
     generator of `--generator`, or the tiny model with random weights."""
+    from dataclasses import replace
+
     from raypipe.eval.predict import load_tools
     from raypipe.inference.engines import make_engine
 
     used = {"retriever", "web", "evaluator", "lm"}
-    tools = load_tools(used, cfg.eval.generator, cfg.engine.model_copy(update={"kind": "hf"}), cfg.retrieval,
+    toolkit = load_tools(used, cfg.eval.generator, cfg.engine.model_copy(update={"kind": "hf"}), cfg.retrieval,
                        crag=cfg.crag.model_copy(update={"evaluator": cfg.crag.evaluator.model_copy(
                            update={"device": "cpu"})}))
     world = Path(cfg.world.out_dir)
     gen_path = Path(generator) if generator else tiny_generator(work, world)
-    tools.engine = make_engine(str(gen_path), cfg.engine.model_copy(update={"kind": "hf"}))
-    return tools, world / "eval", cfg.crag.lm, str(gen_path) if generator else "tiny, random weights (none trained)"
+    toolkit = replace(toolkit, engine=make_engine(str(gen_path), cfg.engine.model_copy(update={"kind": "hf"})))
+    return toolkit, world / "eval", cfg.crag.lm, str(gen_path) if generator else "tiny, random weights (none trained)"
 
 
 def requests_of(eval_dir: Path, limit: int):
@@ -111,10 +113,11 @@ def requests_of(eval_dir: Path, limit: int):
     return [item.request() for item in items]
 
 
-def evaluator_pairs(tools, requests, top_k: int) -> list[tuple[str, str]]:
+def evaluator_pairs(toolkit, requests, top_k: int) -> list[tuple[str, str]]:
+    from raypipe.methods.base import search_requests
     from raypipe.methods.crag.evaluator_data import as_document
 
-    docs = tools.retriever.search([r.retrieval_text() for r in requests], top_k)
+    docs = search_requests(toolkit.retriever, requests, top_k)
     return [(r.retrieval_text(), as_document(d.title, d.text)) for r, ds in zip(requests, docs, strict=True)
             for d in ds]
 
@@ -158,22 +161,23 @@ def main() -> None:
     import torch
 
     from raypipe.config import load_config
-    from raypipe.methods.crag.methods import CRAG, RAG
-    from raypipe.methods.crag.selfcrag import SelfCRAG
-    from raypipe.methods.selfrag.search import SelfRAG
+    from raypipe.methods.crag.method import CRAG
+    from raypipe.methods.rag.method import RAG
+    from raypipe.methods.selfcrag.method import SelfCRAG
+    from raypipe.methods.selfrag.method import SelfRAG
 
     torch.set_num_threads(1)
     cfg = load_config(args.config, ([] if args.quick else [f"run_dir={args.run_dir}"]) + args.set)
     with tempfile.TemporaryDirectory(prefix="bench_crag_") as tmp:
         if args.quick:
-            tools, eval_dir, lm_name, gen_name = quick_tools(Path(tmp), cfg)
+            toolkit, eval_dir, lm_name, gen_name = quick_tools(Path(tmp), cfg)
             limit, tokens, single = args.limit or 8, 8, 24
         else:
-            tools, eval_dir, lm_name, gen_name = full_tools(Path(tmp), cfg, args.generator)
+            toolkit, eval_dir, lm_name, gen_name = full_tools(Path(tmp), cfg, args.generator)
             limit, tokens, single = args.limit or 16, cfg.methods.crag.max_new_tokens, 48
         requests = requests_of(eval_dir, limit)
         top_k = cfg.retrieval.top_k
-        ev = batched_vs_single(tools.evaluator, evaluator_pairs(tools, requests, top_k), single)
+        ev = batched_vs_single(toolkit.evaluator, evaluator_pairs(toolkit, requests, top_k), single)
         batches = [requests[i:i + args.batch_size] for i in range(0, len(requests), args.batch_size)]
         rag_lm = cfg.methods.rag.model_copy(update={"generator": "lm", "max_new_tokens": tokens})
         crag_lm = cfg.methods.crag.model_copy(update={"generator": "lm", "max_new_tokens": tokens})
@@ -181,11 +185,11 @@ def main() -> None:
         sr_tokens = {"max_new_tokens": min(tokens, cfg.methods.selfrag.max_new_tokens)} if args.quick else {}
         selfrag = cfg.methods.selfrag.model_copy(update={"mode": "always", **sr_tokens})
         selfcrag = cfg.methods.selfcrag.model_copy(update={"mode": "always", **sr_tokens})
-        t_rag, _ = time_method(RAG(tools), rag_lm, batches, top_k)
-        t_crag, crag_results = time_method(CRAG(tools), crag_lm, batches, top_k)
-        t_rag_engine, _ = time_method(RAG(tools), rag_engine, batches, top_k)
-        t_selfrag, _ = time_method(SelfRAG(tools), selfrag, batches, top_k)
-        t_selfcrag, _ = time_method(SelfCRAG(tools), selfcrag, batches, top_k)
+        t_rag, _ = time_method(RAG(toolkit), rag_lm, batches, top_k)
+        t_crag, crag_results = time_method(CRAG(toolkit), crag_lm, batches, top_k)
+        t_rag_engine, _ = time_method(RAG(toolkit), rag_engine, batches, top_k)
+        t_selfrag, _ = time_method(SelfRAG(toolkit), selfrag, batches, top_k)
+        t_selfcrag, _ = time_method(SelfCRAG(toolkit), selfcrag, batches, top_k)
     n = len(requests)
     actions = Counter(r.trace["crag"]["action"] for r in crag_results)
     per = {k: v / n for k, v in {"rag_lm": t_rag, "crag_lm": t_crag, "rag_engine": t_rag_engine,

@@ -72,9 +72,9 @@ def main() -> None:
 
     from raypipe.config import load_config
     from raypipe.inference.engines import make_engine
-    from raypipe.methods.base import Tools
+    from raypipe.methods.base import Toolkit
     from raypipe.methods.self_reasoning.method import SelfReasoning
-    from raypipe.methods.selfrag.search import SelfRAG
+    from raypipe.methods.selfrag.method import SelfRAG
     from raypipe.settings.models import EngineConfig
 
     torch.set_num_threads(1)
@@ -90,10 +90,10 @@ def main() -> None:
             retriever, eval_dir = load_retriever(cfg.retrieval), Path(cfg.world.out_dir) / "eval"
             limit, sr_tokens = args.limit or 50, cfg.methods.self_reasoning.max_new_tokens
         engine = make_engine(str(model), EngineConfig(kind="hf", batch_size=16))
-        tools = Tools(engine=engine, retriever=retriever)
+        toolkit = Toolkit(engine=engine, retriever=retriever)
         requests = requests_of(eval_dir, limit)
         top_k = cfg.retrieval.top_k
-        sr = SelfReasoning(tools)
+        sr = SelfReasoning(toolkit)
         sr_settings = cfg.methods.self_reasoning.model_copy(update={"max_new_tokens": sr_tokens})
         selfrag_settings = cfg.methods.selfrag.model_copy(update={"mode": "always"})
         batches = [requests[i:i + args.batch_size] for i in range(0, len(requests), args.batch_size)]
@@ -101,7 +101,7 @@ def main() -> None:
             results = [r for b in batches for r in sr.decode(b, sr_settings, top_k)]
         with timer() as t_selfrag:
             for b in batches:
-                SelfRAG(tools).decode(b, selfrag_settings, top_k)
+                SelfRAG(toolkit).decode(b, selfrag_settings, top_k)
     n = len(requests)
     parsed = sum(r.trace.get("trajectory") is not None for r in results)
     payload = {

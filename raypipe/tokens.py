@@ -283,6 +283,13 @@ def format_output(out: AugmentedOutput) -> str:
     return "".join(format_segment(s) for s in out.segments) + (out.utility or "") + out.trailing
 
 
+def passage_text(title: str, text: str) -> str:
+    """`Title\\ntext`: a passage as the models read it (inside `<paragraph>`, as the critic's evidence,
+    as the tiny tokenizer's training text); the title line is written even when the title is empty.
+    The one spelling of it: `retrieval.types.Passage.text_for_model` renders a passage with it."""
+    return f"{title}\n{text}"
+
+
 def format_paragraph(title: str, text: str) -> str:
     """`<paragraph>Title\\ntext</paragraph>`: the passage shape the released checkpoints saw."""
-    return f"{PARAGRAPH_OPEN}{title}\n{text}{PARAGRAPH_CLOSE}"
+    return f"{PARAGRAPH_OPEN}{passage_text(title, text)}{PARAGRAPH_CLOSE}"

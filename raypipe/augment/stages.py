@@ -15,9 +15,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from raypipe import tokens as T
-from raypipe.augment.state import InstanceState, Passage, SegmentState, seeded_uniform
+from raypipe.augment.state import InstanceState, SegmentState, seeded_uniform
 from raypipe.prompts import Aspect, CriticExample
-from raypipe.retrieval.types import Hit, Searcher
+from raypipe.retrieval.types import Passage, Searcher
 
 Batch = dict[str, np.ndarray]
 
@@ -58,7 +58,9 @@ def _argmax(probs: dict[str, float]) -> str:
 DECIMALS = 5
 
 
-def _to_passage(hit: Hit) -> Passage:
+def _to_passage(hit: Passage) -> Passage:
+    """The hit as the state records it: its score rounded (and fields made plain, whatever a stand-in
+    searcher returned)."""
     return Passage(id=str(hit.id), title=str(hit.title), text=str(hit.text),
                    score=round(float(hit.score), DECIMALS))
 
@@ -142,7 +144,7 @@ def decide_segments(batch: Batch, critic: Critic) -> Batch:
     for i, s in enumerate(states):
         if not s.retrieve:
             continue
-        evidence = s.first_evidence.evidence if s.first_evidence else None
+        evidence = s.first_evidence.text_for_model() if s.first_evidence else None
         for t, seg in enumerate(s.segments):
             preceding = "".join(x.text for x in s.segments[:t]).strip()
             jobs.append((seg, CriticExample(
@@ -193,7 +195,7 @@ def critique_passages(batch: Batch, critic: Critic, seed: int) -> Batch:
             for j, p in enumerate(seg.passages):
                 rel_jobs.append(((seg, j), CriticExample(
                     aspect=Aspect.IS_REL, instruction=str(batch["instruction"][i]),
-                    input=str(batch["input"][i]), evidence=p.evidence)))
+                    input=str(batch["input"][i]), evidence=p.text_for_model())))
 
     def set_rel(handle: tuple[SegmentState, int], label: str) -> None:
         handle[0].is_rel[handle[1]] = label
@@ -208,7 +210,7 @@ def critique_passages(batch: Batch, critic: Critic, seed: int) -> Batch:
                 if seg.is_rel[j] == T.RELEVANT:
                     sup_jobs.append(((seg, j), CriticExample(
                         aspect=Aspect.IS_SUP, instruction=str(batch["instruction"][i]),
-                        input=str(batch["input"][i]), output=seg.text.strip(), evidence=p.evidence,
+                        input=str(batch["input"][i]), output=seg.text.strip(), evidence=p.text_for_model(),
                         preceding=preceding)))
 
     def set_sup(handle: tuple[SegmentState, int], label: str) -> None:
@@ -269,7 +271,7 @@ def render(state: InstanceState) -> str:
         elif seg.decision == T.RETRIEVAL and seg.chosen is not None:
             p = seg.passages[seg.chosen]
             segments.append(T.Segment(
-                text=text, tail=tail, retrieve=T.RETRIEVAL, paragraph=f"{p.title}\n{p.text}",
+                text=text, tail=tail, retrieve=T.RETRIEVAL, paragraph=p.text_for_model(),
                 is_rel=seg.is_rel[seg.chosen], is_sup=seg.is_sup[seg.chosen]))
         elif seg.decision == T.CONTINUE:
             segments.append(T.Segment(text=text, tail=tail, retrieve=T.CONTINUE))

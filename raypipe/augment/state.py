@@ -13,18 +13,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-
-@dataclass
-class Passage:
-    id: str
-    title: str
-    text: str
-    score: float
-
-    @property
-    def evidence(self) -> str:
-        """The passage as the critic sees it: title line, then text (prompts.CriticExample.evidence)."""
-        return f"{self.title}\n{self.text}"
+from raypipe.retrieval.types import Passage
 
 
 @dataclass

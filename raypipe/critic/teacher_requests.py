@@ -31,6 +31,7 @@ from raypipe.critic.teachers import LabelRequest
 from raypipe.data.segment import Segmenter
 from raypipe.prompts import Aspect, CriticExample
 from raypipe.settings.teachers import LabelConfig
+from raypipe.tokens import passage_text
 
 logger = logging.getLogger(__name__)
 
@@ -64,9 +65,9 @@ class PassageIndex:
         return len(self.ids)
 
     def evidence(self, passage_id: str) -> str:
-        """The passage as the critic reads it: "Title\\ntext" (the body of `<paragraph>`)."""
+        """The passage as the critic reads it (`tokens.passage_text`: the body of `<paragraph>`)."""
         i = self.row_of[passage_id]
-        return f"{self.titles[i]}\n{self._texts[i].as_py()}"
+        return passage_text(self.titles[i], self._texts[i].as_py())
 
 
 @dataclass

@@ -50,7 +50,7 @@ from raypipe.eval.rows import Reject, read_rows, text_field
 from raypipe.methods.base import MethodRequest
 from raypipe.methods.closed_set import Option, choice_options, verdict_options
 from raypipe.prompts import format_choices
-from raypipe.retrieval.types import Hit
+from raypipe.retrieval.types import Passage
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class EvalItem:
     golds: tuple[str, ...]
     choices: dict[str, str] = field(default_factory=dict)
     #: the row's own passages in file order (a released file's `ctxs`); None: retrieval uses the index
-    passages: tuple[Hit, ...] | None = None
+    passages: tuple[Passage, ...] | None = None
     passage_ids: tuple[str, ...] = ()
 
     def options(self) -> tuple[Option, ...]:
@@ -102,7 +102,7 @@ class EvalItem:
         data = json.loads(text)
         passages = data.get("passages")
         return cls(**{**data, "golds": tuple(data["golds"]), "passage_ids": tuple(data.get("passage_ids", ())),
-                      "passages": None if passages is None else tuple(Hit(**p) for p in passages)})
+                      "passages": None if passages is None else tuple(Passage(**p) for p in passages)})
 
 
 PLAIN = FileShape()

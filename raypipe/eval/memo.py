@@ -12,6 +12,7 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar
 
 from raypipe.inference.engines.base import Engine, Generation, GenerationParams
+from raypipe.methods.base import TOOL_KINDS, ToolKind, Toolkit
 from raypipe.retrieval.types import Passage, Searcher
 
 T = TypeVar("T")
@@ -45,11 +46,15 @@ class MemoEngine(Engine):
 
 
 class MemoSearcher:
+    """Searches memoized by (query, k). It wraps searchers that no batch of requests scopes (the index,
+    perturbed or not, and the web source), which return the same whoever a query is for, so it passes
+    no `requests` on; the searchers scoped to a batch of requests wrap it, not the other way round."""
+
     def __init__(self, retriever: Searcher):
         self.retriever = retriever
         self._hits: dict[Hashable, Sequence[Passage]] = {}
 
-    def search(self, queries: list[str], k: int) -> list[Sequence[Passage]]:
+    def search(self, queries: list[str], k: int, requests: Sequence[int] | None = None) -> list[Sequence[Passage]]:
         return _cached(self._hits, [(q, k) for q in queries],
                        lambda idx: list(self.retriever.search([queries[i] for i in idx], k)))
 
@@ -63,3 +68,13 @@ class MemoScorer:
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
         return _cached(self._scores, list(pairs), lambda idx: self.scorer.score([pairs[i] for i in idx]))
+
+
+#: the memo of each kind of tool
+MEMO_OF_KIND: dict[ToolKind, Callable[[Any], Any]] = {"engine": MemoEngine, "searcher": MemoSearcher,
+                                                      "scorer": MemoScorer}
+
+
+def memoized(toolkit: Toolkit) -> Toolkit:
+    """Every tool of `toolkit` behind the memo of its kind."""
+    return toolkit.map(lambda name, tool: MEMO_OF_KIND[TOOL_KINDS[name]](tool))

@@ -15,15 +15,16 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
 from raypipe.config import RetrievalNoiseConfig
 from raypipe.eval.datasets import EvalItem
 from raypipe.eval.item_search import ItemSearcher, passage_groups
-from raypipe.eval.memo import MemoEngine, MemoScorer, MemoSearcher
+from raypipe.eval.memo import memoized
 from raypipe.methods import get_method
-from raypipe.methods.base import Method, ToolName, Tools, Variant
+from raypipe.methods.base import Method, Toolkit, ToolName, Variant
 from raypipe.retrieval.perturb import GoldRemovalSearcher, perturbed
 from raypipe.retrieval.types import Searcher
 from raypipe.settings.crag_tools import CRAGConfig
@@ -42,7 +43,7 @@ def tools_used(variants: list[Variant]) -> set[ToolName]:
 
 def load_tools(used: set[ToolName], generator: str, engine: EngineConfig, retrieval: RetrievalConfig,
                searcher_factory: SearcherFactory | None = None, crag: CRAGConfig | None = None,
-               noise: RetrievalNoiseConfig | None = None) -> Tools:
+               noise: RetrievalNoiseConfig | None = None) -> Toolkit:
     """The tools `used` names, loaded in this process: the generator's engine, the dense retriever
     (or `searcher_factory`'s stand-in; perturbed by `noise` when it is active), the second search
     source, and CRAG's evaluator and instruct LM (`crag.evaluator`, `crag.lm`)."""
@@ -51,22 +52,23 @@ def load_tools(used: set[ToolName], generator: str, engine: EngineConfig, retrie
 
     crag = crag or CRAGConfig()
 
-    tools = Tools()
-    if "engine" in used:
-        tools.engine = make_engine(generator, engine)
-    if "retriever" in used:
-        tools.retriever = searcher_factory() if searcher_factory else load_retriever(retrieval)
-        if noise is not None:
-            tools.retriever = perturbed(tools.retriever, noise)
-    if "web" in used:
-        tools.web = build_search_backend(retrieval)
-    if "evaluator" in used:
+    def retriever() -> Searcher:
+        found = searcher_factory() if searcher_factory else load_retriever(retrieval)
+        return perturbed(found, noise) if noise is not None else found
+
+    def evaluator() -> Any:
         from raypipe.methods.crag.evaluator import load_evaluator
 
-        tools.evaluator = load_evaluator(crag.evaluator)
-    if "lm" in used:
-        tools.lm = make_engine(crag.lm, engine)
-    return tools
+        return load_evaluator(crag.evaluator)
+
+    loaders: dict[ToolName, Callable[[], Any]] = {
+        "engine": lambda: make_engine(generator, engine),
+        "retriever": retriever,
+        "web": lambda: build_search_backend(retrieval),
+        "evaluator": evaluator,
+        "lm": lambda: make_engine(crag.lm, engine),
+    }
+    return Toolkit.build(used, lambda name: loaders[name]())
 
 
 class EvalPredictor:
@@ -83,22 +85,14 @@ class EvalPredictor:
         self.variants, self.top_k = variants, retrieval.top_k
         self.removal, self.removal_seed = removal or {}, removal_seed
         used = tools_used(variants) - (set() if index else {"retriever"})
-        self.tools = load_tools(used, generator, engine, retrieval, searcher_factory, crag, noise)
+        self.toolkit = load_tools(used, generator, engine, retrieval, searcher_factory, crag, noise)
 
-    def _memoized(self) -> Tools:
-        t = self.tools
-        return Tools(engine=MemoEngine(t.engine) if t.engine else None,
-                     retriever=MemoSearcher(t.retriever) if t.retriever else None,
-                     web=MemoSearcher(t.web) if t.web else None, evaluator=MemoScorer(t.evaluator) if t.evaluator else None,
-                     lm=MemoEngine(t.lm) if t.lm else None)
-
-    def _groups(self, items: list[EvalItem], texts: list[str], tools: Tools) -> list[tuple[list[int], Tools]]:
+    def _groups(self, items: list[EvalItem], texts: list[str], toolkit: Toolkit) -> list[tuple[list[int], Toolkit]]:
         """The batch as decode calls: all of it with the index, or groups over their own passages."""
         if all(item.passages is None for item in items):
-            return [(list(range(len(items))), tools)]
+            return [(list(range(len(items))), toolkit)]
         passages = [item.passages for item in items]
-        return [(group, replace(tools, retriever=ItemSearcher([texts[i] for i in group], [passages[i] for i in group],
-                                                              tools.retriever)))
+        return [(group, replace(toolkit, retriever=ItemSearcher([passages[i] for i in group], toolkit.retriever)))
                 for group in passage_groups(texts, passages)]
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[str]]:
@@ -110,20 +104,20 @@ class EvalPredictor:
             gold.setdefault(text, set()).update(item.passage_ids)
         # the passages stay here: results cite the ones they used, and the runner needs only the item
         shown = [replace(item, passages=None).to_json() for item in items]
-        groups = self._groups(items, texts, self._memoized())
+        groups = self._groups(items, texts, memoized(self.toolkit))
         methods: dict[tuple[str, int], Method] = {}
         out: dict[str, list[str]] = {"variant": [], "item": [], "result": []}
         for v in self.variants:
             rate = self.removal.get(v.name)
-            for g, (group, tools) in enumerate(groups):
+            for g, (group, toolkit) in enumerate(groups):
                 removal = None
                 if rate is None:
-                    method = methods.get((v.method, g)) or methods.setdefault((v.method, g), get_method(v.method)(tools))
+                    method = methods.get((v.method, g)) or methods.setdefault((v.method, g), get_method(v.method)(toolkit))
                 else:
                     group_texts = [texts[i] for i in group]
-                    removal = GoldRemovalSearcher(tools.get("retriever", v.method), group_texts,
+                    removal = GoldRemovalSearcher(toolkit.get("retriever", v.method), group_texts,
                                                   [gold[t] for t in group_texts], rate, self.removal_seed)
-                    method = get_method(v.method)(replace(tools, retriever=removal))
+                    method = get_method(v.method)(replace(toolkit, retriever=removal))
                 results = method.decode([requests[i] for i in group], v.settings, self.top_k)
                 for k, (i, result) in enumerate(zip(group, results, strict=True)):
                     row = {"method": v.method, **result.as_dict()}

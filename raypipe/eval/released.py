@@ -50,7 +50,7 @@ from typing import Any, Literal
 
 from raypipe.errors import DataError
 from raypipe.eval.rows import Reject, text_field
-from raypipe.retrieval.types import Hit
+from raypipe.retrieval.types import Passage
 
 #: `eval.passages`: where retrieval reads passages during eval
 PassageSource = Literal["retriever", "ctxs", "auto"]
@@ -201,7 +201,7 @@ def _score(value: Any, name: str) -> float:
         raise Reject("wrong_type", name, f"{name} must be a number, got {value!r}") from None
 
 
-def row_passages(row: dict[str, Any], name: str, item_id: str) -> tuple[Hit, ...]:
+def row_passages(row: dict[str, Any], name: str, item_id: str) -> tuple[Passage, ...]:
     """A row's passages in file order (all of them: the searcher cuts the top K)."""
     value = row.get(name)
     if value is None:
@@ -227,6 +227,6 @@ def row_passages(row: dict[str, Any], name: str, item_id: str) -> tuple[Hit, ...
         pid = ctx.get("id")
         if pid is not None and (isinstance(pid, bool) or not isinstance(pid, str | int)):
             raise Reject("wrong_type", f"{where}.id", "a passage id must be a string or an integer")
-        hits.append(Hit(str(pid) if pid is not None else f"{item_id}:{rank}", title, text,
+        hits.append(Passage(str(pid) if pid is not None else f"{item_id}:{rank}", title, text,
                         _score(ctx.get("score"), f"{where}.score")))
     return tuple(hits)

@@ -76,7 +76,7 @@ def _weights(folder: str | Path) -> list[Any] | str:
 def _tool_models(cfg: RaypipeConfig, method: str) -> dict[str, Any]:
     """The model folders (and settings) behind the tools `method` may use: retraining any of them
     makes a variant's predictions stale."""
-    tools = get_method(method).tools
+    tools = get_method(method).tool_names
     models: dict[str, Any] = {}
     if "engine" in tools:
         models["generator"] = _weights(cfg.eval.generator)
@@ -209,7 +209,7 @@ def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None
     """
     start = time.perf_counter()
     out = Path(cfg.eval.out_dir)
-    uses_generator = any("engine" in get_method(m).tools for m in cfg.eval.methods)
+    uses_generator = any("engine" in get_method(m).tool_names for m in cfg.eval.methods)
     if uses_generator and not (Path(cfg.eval.generator) / "config.json").is_file():
         raise ModelError(f"eval.generator: no model folder at {cfg.eval.generator}")
     if "evaluator" in tools_used(eval_variants(cfg)):

@@ -1,7 +1,10 @@
 """Decoding methods as peers behind one interface (`base.Method`), looked up by name.
 
-The registry maps a method's name (its `methods.<name>` config section, and a request's `method`) to
-its class; classes are imported on first use, so importing this package stays cheap.
+Each method is a package `methods/<name>/` whose `method.py` holds its class; the registry maps the
+method's name (its `methods.<name>` config section, and a request's `method`) to that class, imported
+on first use, so importing this package stays cheap. What several methods share lives beside them:
+`base` (the interface, `Toolkit`), `closed_set` (answer options) and `plain_generator` (the generator
+of `rag`, `crag` and `direct`).
 """
 
 from __future__ import annotations
@@ -19,10 +22,10 @@ MethodName = Literal["selfrag", "crag", "rag", "selfcrag", "self_reasoning", "di
 
 #: name -> "module:Class"; every name of MethodName and no other
 REGISTRY: dict[str, str] = {
-    "selfrag": "raypipe.methods.selfrag.search:SelfRAG",
-    "crag": "raypipe.methods.crag.methods:CRAG",
-    "rag": "raypipe.methods.crag.methods:RAG",
-    "selfcrag": "raypipe.methods.crag.selfcrag:SelfCRAG",
+    "selfrag": "raypipe.methods.selfrag.method:SelfRAG",
+    "crag": "raypipe.methods.crag.method:CRAG",
+    "rag": "raypipe.methods.rag.method:RAG",
+    "selfcrag": "raypipe.methods.selfcrag.method:SelfCRAG",
     "self_reasoning": "raypipe.methods.self_reasoning.method:SelfReasoning",
     "direct": "raypipe.methods.direct.method:Direct",
 }

@@ -2,7 +2,7 @@
 
 A method (Self-RAG, CRAG, Self-Reasoning, plain RAG) takes a batch of neutral requests and returns
 neutral results, plus a method-specific `trace` (Self-RAG: segments and reflection-token
-distributions). It is built from a bundle of tools (engine, retriever, second search source, ...) and
+distributions). It is built from a `Toolkit` (engine, retriever, second search source, ...) and
 run with its own settings (a `MethodSettings` model in its package's `settings.py`: its config section
 `methods.<name>`, and the schema of its per-request controls). A method knows nothing of Ray, HTTP or Ray Data: eval wraps
 it in a Ray Data actor, serving in a Serve deployment, both through the registry
@@ -12,14 +12,14 @@ it in a Ray Data actor, serving in a Serve deployment, both through the registry
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Protocol, TypeVar, get_args
 
 from raypipe.errors import ConfigError
 from raypipe.methods.closed_set import Option
 from raypipe.methods.settings import MethodSettings
-from raypipe.retrieval.types import Searcher
+from raypipe.retrieval.types import Passage, Searcher
 
 if TYPE_CHECKING:  # the engine module imports torch and transformers: seconds the HTTP ingress need not pay
     from raypipe.inference.engines.base import Engine
@@ -30,8 +30,13 @@ class RelevanceScorer(Protocol):
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[float]: ...
 
-#: the tools a method may ask for; `Tools` has one field per name
+#: the tools a method may ask for: `Toolkit` has one field per name, in this order
 ToolName = Literal["engine", "retriever", "web", "evaluator", "lm"]
+#: what a tool is called with: an `Engine`, a `Searcher` or a `RelevanceScorer`
+ToolKind = Literal["engine", "searcher", "scorer"]
+#: each tool's kind: eval's memo and serving's proxies wrap a tool by its kind, so neither lists the tools
+TOOL_KINDS: dict[ToolName, ToolKind] = {"engine": "engine", "retriever": "searcher", "web": "searcher",
+                                        "evaluator": "scorer", "lm": "engine"}
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,13 @@ class MethodRequest:
         """x as a search query: `query` when set, else instruction and input."""
         parts = [self.query] if self.query is not None else [self.instruction, self.input]
         return "\n".join(p for p in parts if p)
+
+
+def search_requests(searcher: Searcher, requests: Sequence[MethodRequest], k: int) -> Sequence[Sequence[Passage]]:
+    """The top k of every request's retrieval text (x) in one search call, each query saying whose it is."""
+    if not requests:
+        return []
+    return searcher.search([r.retrieval_text() for r in requests], k, requests=list(range(len(requests))))
 
 
 @dataclass(frozen=True)
@@ -94,10 +106,12 @@ class Variant:
     settings: MethodSettings
 
 
-@dataclass
-class Tools:
-    """What methods are built from. Each is optional: a bundle holds what the configured methods need
-    (`Method.uses`), so an eval of `mode: never` loads no index."""
+@dataclass(frozen=True)
+class Toolkit:
+    """What methods are built from. Each tool is optional: a toolkit holds what the configured methods
+    need (`Method.uses`), so an eval of `mode: never` loads no index. Whoever assembles one from tool
+    names (eval's loading and memo, serving's proxies) does it with `build`, so adding a tool adds a
+    field here, its kind, and how eval loads it and serving binds it."""
 
     engine: Engine | None = None
     retriever: Searcher | None = None
@@ -107,6 +121,21 @@ class Tools:
     evaluator: RelevanceScorer | None = None
     #: a plain instruct LM (chat template): CRAG's and RAG's generator, CRAG's query rewriter
     lm: Engine | None = None
+
+    @classmethod
+    def build(cls, names: Iterable[ToolName], make: Callable[[ToolName], Any]) -> Toolkit:
+        """The toolkit of `make(name)` for each of `names`, made in `ToolName` order whatever the
+        order of `names` (loading order stays fixed)."""
+        wanted = set(names)
+        return cls(**{name: make(name) for name in get_args(ToolName) if name in wanted})
+
+    def held(self) -> list[ToolName]:
+        """The names of the tools it holds, in `ToolName` order."""
+        return [name for name in get_args(ToolName) if getattr(self, name) is not None]
+
+    def map(self, wrap: Callable[[ToolName, Any], Any]) -> Toolkit:
+        """A toolkit of `wrap(name, tool)` for every tool this one holds."""
+        return Toolkit.build(self.held(), lambda name: wrap(name, getattr(self, name)))
 
     def get(self, name: ToolName, method: str) -> Any:
         tool = getattr(self, name)
@@ -119,21 +148,21 @@ C = TypeVar("C", bound=MethodSettings)
 
 
 class Method(ABC, Generic[C]):
-    """A decoding method. Subclasses set `name` and `settings_type`, and register themselves with
-    `raypipe.methods.register`."""
+    """A decoding method. Subclasses set `name`, `settings_type` and `tool_names`, and are listed by
+    name in `raypipe.methods.REGISTRY`."""
 
     name: ClassVar[str]
     settings_type: ClassVar[type[MethodSettings]]
     #: every tool the method may use under some settings: what a server must bind for it
-    tools: ClassVar[tuple[ToolName, ...]]
+    tool_names: ClassVar[tuple[ToolName, ...]]
 
-    def __init__(self, tools: Tools):
-        self.tools = tools
+    def __init__(self, toolkit: Toolkit):
+        self.toolkit = toolkit
 
     @classmethod
     def uses(cls, settings: C) -> set[ToolName]:
-        """The tools these settings need (default: all of `tools`)."""
-        return set(cls.tools)
+        """The tools these settings need (default: all of `tool_names`)."""
+        return set(cls.tool_names)
 
     @abstractmethod
     def decode(self, requests: Sequence[MethodRequest], settings: C, top_k: int) -> list[MethodResult]:

@@ -20,6 +20,7 @@ from raypipe.errors import ConfigError, DataError
 from raypipe.models.tokenizer import train_tokenizer
 from raypipe.prompts import format_generator_prompt
 from raypipe.settings.models import TinyModelConfig
+from raypipe.tokens import passage_text
 
 logger = logging.getLogger(__name__)
 
@@ -55,8 +56,7 @@ def _instance_texts(files: list[Path]) -> Iterator[str]:
 def _passage_texts(files: list[Path]) -> Iterator[str]:
     for batch in _column_batches(files, ["title", "text"]):
         for title, text in zip(batch["title"], batch["text"], strict=True):
-            # the same "title\ntext" shape as inside <paragraph> (tokens.format_paragraph)
-            yield f"{title}\n{text}"
+            yield passage_text(title, text)  # the shape the models read passages in
 
 
 def _interleave(*streams: Iterator[str]) -> Iterator[str]:

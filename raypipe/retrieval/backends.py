@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -20,7 +20,7 @@ import httpx
 from raypipe.errors import ConfigError, DataError, RaypipeError
 from raypipe.http_retry import NoResponse, RetryPolicy
 from raypipe.retrieval.retriever import DenseRetriever
-from raypipe.retrieval.types import Hit, Searcher
+from raypipe.retrieval.types import Passage, Searcher
 from raypipe.settings.retrieval import RetrievalConfig, SearchBackendConfig
 
 logger = logging.getLogger(__name__)
@@ -51,7 +51,8 @@ class HttpSearchBackend:
     def close(self) -> None:
         self._client.close()
 
-    def search(self, queries: list[str], k: int) -> list[list[Hit]]:
+    def search(self, queries: list[str], k: int, requests: Sequence[int] | None = None) -> list[list[Passage]]:
+        """One request per query (whose a query is changes nothing)."""
         if not queries:
             return []
         with ThreadPoolExecutor(max_workers=min(self.cfg.concurrency, len(queries))) as pool:
@@ -86,7 +87,7 @@ class HttpSearchBackend:
                             field=name)
         return item[name]
 
-    def _parse(self, payload: Any, k: int) -> list[Hit]:
+    def _parse(self, payload: Any, k: int) -> list[Passage]:
         """Hits from the configured fields; `results_field` may be a dotted path (`web.results`)."""
         results = payload
         for part in self.cfg.results_field.split("."):
@@ -101,7 +102,7 @@ class HttpSearchBackend:
         for rank, item in enumerate(results[:k], start=1):
             title = item.get(self.cfg.title_field) if isinstance(item, dict) else None
             score = float(self._field(item, self.cfg.score_field, rank)) if self.cfg.score_field else 1 / rank
-            hits.append(Hit(id=str(self._field(item, self.cfg.id_field, rank)), title=str(title or ""),
+            hits.append(Passage(id=str(self._field(item, self.cfg.id_field, rank)), title=str(title or ""),
                             text=str(self._field(item, self.cfg.text_field, rank)), score=score))
         return hits
 

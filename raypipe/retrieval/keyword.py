@@ -6,21 +6,25 @@ it serves (tests, the benchmarks' quick runs); ties go to the earlier passage, s
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+from collections.abc import Sequence
 from typing import Any
+
+from raypipe.retrieval.types import Passage
 
 
 class KeywordSearcher:
-    """Ranks `passages` (dicts with id, title, text) by the words they share with the query."""
+    """Ranks `passages` (dicts with id, title, text) by the words they share with the query; a hit's
+    score is that number of words."""
 
     def __init__(self, passages: list[dict[str, Any]]):
-        self.passages = [SimpleNamespace(**p) for p in passages]
-        self.words = [set(f"{p.title} {p.text}".lower().split()) for p in self.passages]
+        self.passages = [(p["id"], p["title"], p["text"]) for p in passages]
+        self.words = [set(f"{title} {text}".lower().split()) for _, title, text in self.passages]
 
-    def search(self, queries: list[str], k: int) -> list[list[SimpleNamespace]]:
+    def search(self, queries: list[str], k: int, requests: Sequence[int] | None = None) -> list[list[Passage]]:
         out = []
         for query in queries:
             q = set(query.lower().split())
-            ranked = sorted(range(len(self.passages)), key=lambda i: (-len(q & self.words[i]), i))
-            out.append([self.passages[i] for i in ranked[:k]])
+            shared = [len(q & words) for words in self.words]
+            ranked = sorted(range(len(self.passages)), key=lambda i: (-shared[i], i))
+            out.append([Passage(*self.passages[i], float(shared[i])) for i in ranked[:k]])
         return out

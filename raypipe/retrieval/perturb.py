@@ -20,8 +20,7 @@ import random
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
-from raypipe.errors import DataError
-from raypipe.retrieval.types import Passage, Searcher, query_owner
+from raypipe.retrieval.types import Passage, Searcher, first_occurrences, requests_of
 
 if TYPE_CHECKING:
     from raypipe.settings.retrieval import DocumentNoise
@@ -41,8 +40,8 @@ class NoisySearcher:
         self.inner, self.noise_fraction, self.shuffle, self.seed = inner, noise_fraction, shuffle, seed
         self.unperturbed = 0
 
-    def search(self, queries: list[str], k: int) -> list[Sequence[Passage]]:
-        found = [list(hits) for hits in self.inner.search(queries, k)]
+    def search(self, queries: list[str], k: int, requests: Sequence[int] | None = None) -> list[Sequence[Passage]]:
+        found = [list(hits) for hits in self.inner.search(queries, k, requests=requests)]
         out = []
         for query, hits in zip(queries, found, strict=True):
             rng = seeded_rng(self.seed, query)
@@ -76,9 +75,8 @@ class GoldRemovalSearcher:
     `rate` (CRAG §5.6).
 
     `texts[i]` is request i's retrieval text and `gold[i]` its accurate passages (the passages that
-    state its gold answer, an eval item's `passage_ids`); a query is matched to its request with
-    `query_owner` (a method searches with the retrieval text, or it followed by a newline and more),
-    and a query that matches none is an error, since its accurate results would be unknown.
+    state its gold answer, an eval item's `passage_ids`); each query must say its request (`Searcher`'s
+    `requests`), since its accurate results would be unknown otherwise.
 
     - **Which**: each (request, accurate passage) pair draws u in [0, 1) from (`seed`, the request's
       text, the passage id) and is removed when u < `rate`: rate 0 keeps everything, rate 1 removes
@@ -90,7 +88,8 @@ class GoldRemovalSearcher:
       than k passages (ours: the `Searcher` contract allows fewer).
 
     `gold_hits[i]` and `removed[i]` count, over every search made for request i, the accurate
-    results found and those removed (the realized removal rate).
+    results found and those removed (the realized removal rate); requests with the same retrieval
+    text search alike and lose alike, so they count as one, the first of them.
     """
 
     def __init__(self, inner: Searcher, texts: Sequence[str], gold: Sequence[Collection[str]], rate: float,
@@ -103,21 +102,18 @@ class GoldRemovalSearcher:
         self.gold = [frozenset(g) for g in gold]
         self.gold_hits = [0] * len(texts)
         self.removed = [0] * len(texts)
+        #: request i -> the first request with its retrieval text, which its counts go to
+        self.owner = first_occurrences(self.texts)
 
     def removes(self, i: int, passage_id: str) -> bool:
         """Whether request i loses `passage_id` (only ever one of its accurate passages)."""
         return passage_id in self.gold[i] and seeded_rng(self.seed, self.texts[i], passage_id).random() < self.rate
 
-    def search(self, queries: list[str], k: int) -> list[list[Passage]]:
-        owners = []
-        for query in queries:
-            owner = query_owner(self.texts, query)
-            if owner is None:
-                raise DataError(f"retrieval-removal: a search query matches no request's retrieval text, so "
-                                f"its accurate results are unknown: {query[:80]!r}")
-            owners.append(owner)
+    def search(self, queries: list[str], k: int, requests: Sequence[int] | None = None) -> list[list[Passage]]:
+        requests = requests_of(queries, requests, "retrieval-removal")
         out = []
-        for i, hits in zip(owners, self.inner.search(queries, k), strict=True):
+        for i, hits in zip((self.owner[r] for r in requests), self.inner.search(queries, k, requests=requests),
+                           strict=True):
             kept = []
             for hit in hits:
                 accurate = hit.id in self.gold[i]

@@ -8,6 +8,7 @@ memory-mapped passages are loaded once in the constructor.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,11 +18,11 @@ from raypipe.retrieval import index as faiss_index
 from raypipe.retrieval.encoders import Encoder, build_encoder
 from raypipe.retrieval.manifest import INDEX_FILE, PASSAGES_FILE, Manifest
 from raypipe.retrieval.store import PassageStore
-from raypipe.retrieval.types import Hit
 from raypipe.settings.retrieval import EncoderConfig, IndexConfig, RetrievalConfig
 
 if TYPE_CHECKING:
     from raypipe.config import RaypipeConfig
+from raypipe.retrieval.types import Passage
 
 logger = logging.getLogger(__name__)
 
@@ -57,14 +58,15 @@ class DenseRetriever:
         """(scores, positions) of the k nearest passages of each vector; -1 positions pad short lists."""
         return faiss_index.search(self.index, vectors, k, self.metric)
 
-    def search(self, queries: list[str], k: int) -> list[list[Hit]]:
-        """The k best passages of each query, best first (fewer when the index has fewer)."""
+    def search(self, queries: list[str], k: int, requests: Sequence[int] | None = None) -> list[list[Passage]]:
+        """The k best passages of each query, best first (fewer when the index has fewer); whose a
+        query is changes nothing."""
         if not queries:
             return []
         scores, positions = self.search_vectors(self.encoder.encode(queries), k)
         found = positions >= 0
         rows = iter(self.passages.lookup(positions[found]))  # row-major: query by query, best first
-        return [[Hit(score=float(score), **next(rows)) for score in row_scores[row_found]]
+        return [[Passage(score=float(score), **next(rows)) for score in row_scores[row_found]]
                 for row_scores, row_found in zip(scores, found, strict=True)]
 
 

@@ -1,5 +1,5 @@
-"""The retrieval vocabulary every package uses: a `Hit`, and a `Searcher` (anything with
-`search(queries, k)`).
+"""The retrieval vocabulary every package uses: a `Passage`, and a `Searcher` (anything with
+`search(queries, k, requests)`).
 
 The dense index (`retrieval.retriever.DenseRetriever`), the HTTP web-search backend, the Serve
 retrieval deployment's proxy and test fakes are all Searchers, so decoding, augmentation and serving
@@ -12,40 +12,56 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
+from raypipe.tokens import passage_text
+
 
 @dataclass(frozen=True)
-class Hit:
-    """One retrieved passage; `score` is higher-is-better (inner product, negated L2 distance, or a
-    web backend's own score)."""
+class Passage:
+    """One passage as a search returns it and as the augmentation state records it; `score` is
+    higher-is-better (inner product, negated L2 distance, a web backend's own score, or a file's)."""
 
     id: str
     title: str
     text: str
     score: float
 
+    def text_for_model(self) -> str:
+        """The passage as a model reads it: Self-RAG's `<paragraph>` body and the critic's evidence
+        (`tokens.passage_text`: the title line, written even when empty, then the text). CRAG's
+        evaluator and plain generator read documents in the evaluator's own training format instead
+        (`methods.crag.evaluator_data.as_document`: no title line for an untitled document)."""
+        return passage_text(self.title, self.text)
+
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-class Passage(Protocol):
-    """What a method reads of a search result."""
-
-    id: str
-    title: str
-    text: str
-
-
 class Searcher(Protocol):
-    """The k best passages of each query, best first (fewer when the source has fewer)."""
+    """The k best passages of each query, best first (fewer when the source has fewer).
 
-    def search(self, queries: list[str], k: int) -> Sequence[Sequence[Passage]]: ...
+    `requests` says whom each query is for: the index, in the batch of requests a method decodes, of
+    the request the query retrieves for (one per query). Methods pass it with every search of their
+    retriever (the `retriever` tool); a searcher scoped to one batch of requests (Self-CRAG's
+    knowledge, eval's items' own passages and its removal of accurate results) needs it
+    (`requests_of`), the others ignore it. Searches that no batch scopes leave it out: CRAG's web
+    searches of rewritten queries, the augmentation pipeline, `raypipe index search`.
+    """
+
+    def search(self, queries: list[str], k: int,
+               requests: Sequence[int] | None = None) -> Sequence[Sequence[Passage]]: ...
 
 
-def query_owner(texts: Sequence[str], query: str) -> int | None:
-    """Which of a batch's requests a method's search `query` belongs to: the request whose retrieval
-    text (`MethodRequest.retrieval_text()`, in `texts`) the query is, or starts with before a newline
-    (Self-RAG searches with x, then x + "\n" + the previous segment); the longest such text, the first
-    of equal ones; None when there is none. Searchers that serve a batch's requests (Self-CRAG's
-    knowledge, eval's retrieval perturbations) find a query's request with it."""
-    return max((i for i, t in enumerate(texts) if query == t or query.startswith(t + "\n")),
-               key=lambda i: (len(texts[i]), -i), default=None)
+def requests_of(queries: Sequence[str], requests: Sequence[int] | None, searcher: str) -> Sequence[int]:
+    """`requests` for a searcher scoped to one batch of requests, which cannot answer a query without
+    knowing whose it is."""
+    if requests is None or len(requests) != len(queries):
+        raise ValueError(f"{searcher} answers one batch's requests: each of its {len(queries)} queries needs "
+                         f"the index of its request, got {None if requests is None else len(requests)}")
+    return requests
+
+
+def first_occurrences(texts: Sequence[str]) -> list[int]:
+    """For each text, the index of its first occurrence: how a searcher scoped to a batch of requests
+    takes requests with one retrieval text as one (they search alike)."""
+    first: dict[str, int] = {}
+    return [first.setdefault(text, i) for i, text in enumerate(texts)]

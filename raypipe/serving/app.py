@@ -86,7 +86,7 @@ def build_app(cfg: RaypipeConfig) -> Application:
     check_defaults_within_limits(cfg)
     cfg = resolve_paths(cfg)
     s = cfg.serve
-    used = {tool for m in s.methods for tool in get_method(m).tools}
+    used = {tool for m in s.methods for tool in get_method(m).tool_names}
     if "evaluator" in used:
         from raypipe.methods.crag.evaluator import require_evaluator
 

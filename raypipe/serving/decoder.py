@@ -16,11 +16,15 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from raypipe.methods import get_method
-from raypipe.methods.base import MethodRequest, MethodResult, Tools
+from raypipe.methods.base import TOOL_KINDS, MethodRequest, MethodResult, Toolkit, ToolName
 from raypipe.methods.settings import MethodSettings
 from raypipe.models import load_tokenizer
 from raypipe.models.prompt_format import generator_prompt
 from raypipe.serving.remote import CallClock, RemoteEngine, RemoteScorer, RemoteSearcher
+
+#: how a response's timings name the calls of each tool (`<label>_ms`, `<label>_calls`; default: its name)
+TIMING_LABELS: dict[ToolName, str] = {"engine": "generation", "retriever": "retrieval", "web": "web_search",
+                                 "lm": "lm_generation"}
 
 
 @serve.deployment
@@ -46,32 +50,35 @@ class Decoder:
 
     def _decode(self, method: str, request: MethodRequest, settings: MethodSettings, top_k: int) -> dict[str, Any]:
         clocks = {name: CallClock(self.call_timeout_s) for name in self.handles}
-        tools = Tools(
-            engine=RemoteEngine(self.handles["engine"], self.tokenizer, self.prompt, clocks["engine"])
-            if "engine" in clocks else None,
-            retriever=RemoteSearcher(self.handles["retriever"], clocks["retriever"]) if "retriever" in clocks else None,
-            web=RemoteSearcher(self.handles["web"], clocks["web"]) if "web" in clocks else None,
-            evaluator=RemoteScorer(self.handles["evaluator"], clocks["evaluator"]) if "evaluator" in clocks else None,
-            lm=RemoteEngine(self.handles["lm"], self.lm_tokenizer, self.lm_prompt, clocks["lm"]) if "lm" in clocks else None,
-        )
+        toolkit = Toolkit.build(self.handles, lambda name: self._proxy(name, clocks[name]))
         start = time.perf_counter()
-        result = get_method(method)(tools).decode([request], settings, top_k)[0]
+        result = get_method(method)(toolkit).decode([request], settings, top_k)[0]
         timings = {"decode_ms": (time.perf_counter() - start) * 1000}
-        for name, label in (("engine", "generation"), ("retriever", "retrieval"), ("web", "web_search"),
-                            ("evaluator", "evaluator"), ("lm", "lm_generation")):
-            if name in clocks:
-                timings[f"{label}_ms"] = clocks[name].seconds * 1000
-                timings[f"{label}_calls"] = clocks[name].calls
+        for name in toolkit.held():
+            label = TIMING_LABELS.get(name, name)
+            timings[f"{label}_ms"] = clocks[name].seconds * 1000
+            timings[f"{label}_calls"] = clocks[name].calls
         return {**result.as_dict(), "timings": {k: round(v, 2) for k, v in timings.items()},
                 "usage": self._usage(request, settings, result)}
+
+    def _proxy(self, name: ToolName, clock: CallClock) -> Any:
+        """Tool `name` as a proxy of its deployment; an engine's prompts are written here, with the
+        tokenizer and prompt format of its model."""
+        kind = TOOL_KINDS[name]
+        if kind == "engine":
+            tokenizer, prompt = (self.lm_tokenizer, self.lm_prompt) if name == "lm" else (self.tokenizer, self.prompt)
+            return RemoteEngine(self.handles[name], tokenizer, prompt, clock)
+        if kind == "searcher":
+            return RemoteSearcher(self.handles[name], clock)
+        return RemoteScorer(self.handles[name], clock)
 
     def _usage(self, request: MethodRequest, settings: MethodSettings, result: MethodResult) -> dict[str, int]:
         """Prompt tokens, and the tokens the model wrote for the answer (retrieved passages excluded:
         a Self-RAG trace lists what each segment wrote), in the tokens of the model that answered: a
         plain generator set to `lm` (direct, rag, crag) is the instruct LM, prompted by its chat template."""
         if getattr(settings, "generator", None) == "lm" and self.lm_tokenizer is not None:
-            from raypipe.methods.crag.generate import lm_user_turn
             from raypipe.methods.crag.rewrite import chat_prompt
+            from raypipe.methods.plain_generator import lm_user_turn
 
             tokenizer, prompt = self.lm_tokenizer, chat_prompt(self.lm_tokenizer, lm_user_turn(request, ""))
         else:

@@ -8,7 +8,7 @@ The Decoder holds no model: it looks up the request's method (raypipe.methods) a
 proxies of the shared Generator and Retrieval deployments, whose `@serve.batch` handlers merge the
 calls of concurrent requests into one engine call (grouped by compatible settings, see batching.py).
 On GPU the same batch is one call to vLLM, which schedules it with its own continuous batching.
-Only the deployments the served methods use are bound (`Method.tools`).
+Only the deployments the served methods use are bound (`Method.tool_names`).
 
 Model-holding replicas run their model calls in one worker thread with torch limited to
 `serve.torch_threads`, so N replicas on N cores do not fight over threads; the event loop stays free

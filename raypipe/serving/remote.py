@@ -52,12 +52,13 @@ class RemoteEngine(Engine):
 
 
 class RemoteSearcher:
-    """`search` forwarded to a retrieval deployment."""
+    """`search` forwarded to a retrieval deployment (Retrieval, WebSearch). Those serve every Decoder's
+    requests alike and merge their calls, so whose a query is stays here."""
 
     def __init__(self, retriever: Any, clock: CallClock):
         self.retriever, self.clock = retriever, clock
 
-    def search(self, queries: list[str], k: int) -> Sequence[Sequence[Passage]]:
+    def search(self, queries: list[str], k: int, requests: Sequence[int] | None = None) -> Sequence[Sequence[Passage]]:
         return self.clock.call(self.retriever.search, queries, k)
 
 

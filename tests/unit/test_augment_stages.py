@@ -6,8 +6,6 @@ of Algorithm 3 expects for the scripted judgements, not something the code produ
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pytest
 
@@ -17,16 +15,9 @@ from raypipe.augment.row_sampling import apply_sampling
 from raypipe.augment.state import InstanceState
 from raypipe.data.segment import Segmenter
 from raypipe.prompts import ASPECT_LABELS, Aspect, CriticExample
+from raypipe.retrieval.types import Passage
 from raypipe.settings.augment import SamplingConfig
 from raypipe.settings.data import SegmentationConfig
-
-
-@dataclass
-class Hit:
-    id: str
-    title: str
-    text: str
-    score: float
 
 
 class ScriptedCritic:
@@ -47,11 +38,11 @@ class ScriptedCritic:
 
 
 class ScriptedRetriever:
-    def __init__(self, table: dict[str, list[Hit]]):
+    def __init__(self, table: dict[str, list[Passage]]):
         self.table = table
         self.queries: list[str] = []
 
-    def search(self, queries: list[str], k: int) -> list[list[Hit]]:
+    def search(self, queries: list[str], k: int, requests=None) -> list[list[Passage]]:
         self.queries.extend(queries)
         out = []
         for q in queries:
@@ -60,9 +51,9 @@ class ScriptedRetriever:
         return out
 
 
-BIO_BORN = Hit("p1", "Ada Quill", "Ada Quill was born in 1901 in Lowmere.", 0.9)
-BIO_DISTRACTOR = Hit("p2", "Ada Quell", "Ada Quell was a sailor.", 0.95)
-BIO_WORK = Hit("p3", "Ada Quill (writer)", "Ada Quill wrote Red Harbor in 1930.", 0.8)
+BIO_BORN = Passage("p1", "Ada Quill", "Ada Quill was born in 1901 in Lowmere.", 0.9)
+BIO_DISTRACTOR = Passage("p2", "Ada Quell", "Ada Quell was a sailor.", 0.95)
+BIO_WORK = Passage("p3", "Ada Quill (writer)", "Ada Quill wrote Red Harbor in 1930.", 0.8)
 
 
 def bio_rule(ex: CriticExample) -> str:
@@ -156,8 +147,8 @@ def test_continue_after_inserted_passage_and_irrelevant_only():
 def test_only_irrelevant_passages_pick_a_seeded_random_one_without_issup():
     output = "She wrote Red Harbor."
     rows = [{"id": "d", "instruction": "Tell me a bio about Ada Quill.", "output": output}]
-    table = {"She wrote Red Harbor.": [Hit("x1", "Bo", "Bo sails.", 0.5), Hit("x2", "Cy", "Cy rows.", 0.4),
-                                       Hit("x3", "Di", "Di swims.", 0.3)]}
+    table = {"She wrote Red Harbor.": [Passage("x1", "Bo", "Bo sails.", 0.5), Passage("x2", "Cy", "Cy rows.", 0.4),
+                                       Passage("x3", "Di", "Di swims.", 0.3)]}
     outs = set()
     for extra in ([], [{"id": "e", "instruction": "Write a poem.", "output": "Hi."}]):
         o, batch = run_all(make_batch(rows + extra), ScriptedCritic(bio_rule), ScriptedRetriever(table))

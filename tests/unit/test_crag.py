@@ -5,7 +5,7 @@ lock step (one evaluator call per stage, one rewrite call, one web call for the 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 
@@ -14,19 +14,20 @@ from raypipe.errors import ConfigError, DataError
 from raypipe.eval.metrics import judge, summarize
 from raypipe.inference.engines.base import Engine, Generation, GenerationParams
 from raypipe.methods import get_method
-from raypipe.methods.base import MethodRequest, Tools
+from raypipe.methods.base import MethodRequest, Toolkit
 from raypipe.methods.closed_set import verdict_options
 from raypipe.methods.crag.knowledge import Corrector
-from raypipe.methods.crag.methods import CRAG, RAG
+from raypipe.methods.crag.method import CRAG
 from raypipe.methods.crag.rewrite import LMRewriter, RawRewriter, parse_keywords, rewrite_prompt
 from raypipe.methods.crag.settings import CRAGSettings, CRAGSweeps
 from raypipe.methods.crag.strips import Strip, decompose, recompose, select
 from raypipe.methods.crag.trigger import Action, trigger
 from raypipe.methods.crag.web import prefer, search_web
+from raypipe.methods.rag.method import RAG
 from raypipe.methods.rag.settings import RAGSettings
 from raypipe.methods.selfcrag.settings import SelfCRAGSettings
 from raypipe.retrieval.backends import SearchBackendError
-from raypipe.retrieval.types import Hit
+from raypipe.retrieval.types import Passage
 
 U, L = 0.59, -0.99
 
@@ -156,17 +157,20 @@ class FakeEvaluator:
 class FakeSearcher:
     results: dict
     calls: list[list[str]] = field(default_factory=list)
+    #: whose each call's queries were, as the searcher was told
+    requests: list[list[int] | None] = field(default_factory=list)
     fail: Exception | None = None
 
-    def search(self, queries, k):
+    def search(self, queries, k, requests=None):
         self.calls.append(list(queries))
+        self.requests.append(None if requests is None else list(requests))
         if self.fail is not None:
             raise self.fail
         return [self.results.get(q, [])[:k] for q in queries]
 
 
-def hit(pid: str, title: str, text: str) -> Hit:
-    return Hit(pid, title, text, 1.0)
+def hit(pid: str, title: str, text: str) -> Passage:
+    return Passage(pid, title, text, 1.0)
 
 
 DOCS = {
@@ -181,12 +185,12 @@ WEB = {"kw Cy": [hit("w1", "Cy", "Cy worked at the Forge."), hit("https://en.wik
        "kw Eve": [hit("w2", "Eve", "Eve worked at the Dock.")]}
 
 
-def tools(web_fail: Exception | None = None) -> tuple[Tools, FakeEvaluator, FakeSearcher, FakeEngine, FakeEngine]:
+def tools(web_fail: Exception | None = None) -> tuple[Toolkit, FakeEvaluator, FakeSearcher, FakeEngine, FakeEngine]:
     evaluator = FakeEvaluator()
     web = FakeSearcher(WEB, fail=web_fail)
     lm = FakeEngine(lambda p: f"kw {p.split('question: ')[-1].split('|')[0]}" if "keywords" in p else "answer")
     engine = FakeEngine(lambda p: "[Retrieval]engine answer")
-    return (Tools(engine=engine, retriever=FakeSearcher(DOCS), web=web, evaluator=evaluator, lm=lm),
+    return (Toolkit(engine=engine, retriever=FakeSearcher(DOCS), web=web, evaluator=evaluator, lm=lm),
             evaluator, web, lm, engine)
 
 
@@ -203,6 +207,7 @@ def test_crag_batch_runs_in_lock_step_with_the_three_actions():
     # one evaluator call for the 5 documents, one for the strips read and the web paragraphs
     assert evaluator.calls[0] == 5 and len(evaluator.calls) == 2
     assert len(web.calls) == 1 and web.calls[0] == ["kw Cy", "kw Eve"]
+    assert t.retriever.requests == [[0, 1, 2]]  # one search, each query with its request
     rewrites, answers = lm.calls  # one rewrite call (Incorrect + Ambiguous), one generation call
     assert len(rewrites) == 2 and len(answers) == 3
     ada, cy, eve = (r.trace["crag"] for r in results)
@@ -234,7 +239,7 @@ def test_web_failure_degrades_to_internal_knowledge_with_the_failure_in_the_trac
 
 def test_malformed_response_rejects_only_its_query():
     class Picky(FakeSearcher):
-        def search(self, queries, k):
+        def search(self, queries, k, requests=None):
             self.calls.append(list(queries))
             if "kw Cy" in queries:
                 raise DataError("search result 1 has no 'snippet'", file="http://search", field="snippet")
@@ -283,7 +288,7 @@ def test_direct_answers_without_retrieval_with_either_generator():
     from raypipe.methods.direct.settings import DirectSettings
 
     t, _, _, lm, engine = tools()
-    t.retriever = None  # never searched: a direct answer needs no retriever
+    t = replace(t, retriever=None)  # never searched: a direct answer needs no retriever
     [r] = Direct(t).decode([MethodRequest("Cy|worked")], DirectSettings(), top_k=5)
     assert lm.calls[0][0].startswith("Cy|worked") and "Knowledge" not in lm.calls[0][0]
     assert (r.text, r.n_retrievals, r.citations) == ("answer", 0, [])
@@ -294,7 +299,7 @@ def test_direct_answers_without_retrieval_with_either_generator():
 
 def test_closed_set_answers_map_to_an_option():
     t, *_ = tools()
-    t.lm = FakeEngine(lambda p: "kw x" if "keywords" in p else "False, it is not.")
+    t = replace(t, lm=FakeEngine(lambda p: "kw x" if "keywords" in p else "False, it is not."))
     [r] = CRAG(t).decode([MethodRequest("Ada|worked", options=verdict_options())], CRAGSettings(), top_k=5)
     assert r.option == "false"
 
@@ -311,7 +316,7 @@ def test_tools_used_follow_the_settings_and_the_registry_knows_the_methods():
 
 def test_missing_tool_is_a_clear_error():
     with pytest.raises(ConfigError, match="needs a evaluator"):
-        CRAG(Tools(retriever=FakeSearcher(DOCS), web=FakeSearcher(WEB), lm=FakeEngine(lambda p: ""))).decode(
+        CRAG(Toolkit(retriever=FakeSearcher(DOCS), web=FakeSearcher(WEB), lm=FakeEngine(lambda p: ""))).decode(
             requests(), CRAGSettings(), 5)
 
 
@@ -348,11 +353,11 @@ class RecordingEngine(Engine):
 @pytest.mark.parametrize("knowledge_passages", ["joined", "per_source"])
 def test_selfcrag_reads_crag_knowledge_instead_of_the_retrieved_passages(tiny_model_dir, knowledge_passages):
     from raypipe.inference.engines.hf import HFEngine
-    from raypipe.methods.crag.selfcrag import SelfCRAG
+    from raypipe.methods.selfcrag.method import SelfCRAG
 
     t, evaluator, web, lm, _ = tools()
     engine = RecordingEngine(HFEngine(tiny_model_dir, batch_size=8, device="cpu"))
-    t.engine = engine
+    t = replace(t, engine=engine)
     settings = SelfCRAGSettings(mode="always", max_depth=2, max_new_tokens=6, beam_width=1,
                                 knowledge_passages=knowledge_passages)
     results = SelfCRAG(t).decode(requests(), settings, top_k=5)
@@ -377,14 +382,18 @@ def test_selfcrag_reads_crag_knowledge_instead_of_the_retrieved_passages(tiny_mo
 
 def test_selfcrag_duplicate_requests_share_one_correction_and_both_show_it():
     from raypipe.methods.crag.knowledge import Corrector
-    from raypipe.methods.crag.selfcrag import KnowledgeSearcher
+    from raypipe.methods.selfcrag.method import KnowledgeSearcher
 
     t, evaluator, *_ = tools()
     reqs = [MethodRequest("Ada|worked"), MethodRequest("Cy|worked"), MethodRequest("Ada|worked")]
     corrector = Corrector(t.evaluator, None, None, CRAGSettings(web=False))
     searcher = KnowledgeSearcher(reqs, t.retriever, corrector, top_k=5)
-    found = searcher.search(["Ada|worked", "Ada|worked\nprevious segment", "Cy|worked"], 5)
+    # request 0's query, request 2's later one (x + the previous segment), request 1's
+    found = searcher.search(["Ada|worked", "Ada|worked\nprevious segment", "Cy|worked"], 5, requests=[0, 2, 1])
     assert evaluator.calls[0] == 4  # Ada's two documents and Cy's two, once each
+    assert t.retriever.calls == [["Ada|worked", "Cy|worked"]] and t.retriever.requests == [[0, 1]]
+    with pytest.raises(ValueError, match="needs the index of its request"):
+        searcher.search(["Ada|worked"], 5)
     assert found[0][0].text == found[1][0].text == "Ada was born in Orr. Ada worked at the Mill."
     assert found[2] == []  # Incorrect with web off reads nothing
     assert searcher.knowledge_of(2) is searcher.knowledge_of(0) is not None
@@ -393,14 +402,14 @@ def test_selfcrag_duplicate_requests_share_one_correction_and_both_show_it():
 
 
 def test_selfcrag_per_source_reads_each_sources_kept_strips_as_its_own_titled_passage():
-    from raypipe.methods.crag.selfcrag import KnowledgeSearcher
+    from raypipe.methods.selfcrag.method import KnowledgeSearcher
 
     t, *_ = tools()
     corrector = Corrector(t.evaluator, t.web, LMRewriter(t.lm), CRAGSettings())
     joined, per_source = (KnowledgeSearcher(requests(), t.retriever, corrector, top_k=5, per_source=flag)
                           for flag in (False, True))
     queries = [r.instruction for r in requests()]
-    one, each = joined.search(queries, 5), per_source.search(queries, 5)
+    one, each = (searcher.search(queries, 5, requests=[0, 1, 2]) for searcher in (joined, per_source))
     # Correct: Ada's document under its title; Bob's strip filtered out
     assert [(p.id, p.title, p.text) for p in each[0]] == [("p1", "Ada", "Ada was born in Orr. Ada worked at the Mill.")]
     # Incorrect: one passage per web page, the preferred (wikipedia) page first, as the trace orders them

@@ -12,7 +12,7 @@ from raypipe.errors import ModelError
 from raypipe.methods.crag.evaluator import load_evaluator
 from raypipe.methods.crag.evaluator_data import build_pairs, heldout_entity, passage_by_id, write_pairs
 from raypipe.methods.crag.evaluator_train import confusion, steps_per_epoch, suggest_thresholds
-from raypipe.retrieval.types import Hit
+from raypipe.retrieval.types import Passage
 from raypipe.settings.crag_tools import EvaluatorConfig, EvaluatorTrainConfig
 from raypipe.settings.data import WorldConfig
 
@@ -29,12 +29,12 @@ class TitleSearcher:
     def __init__(self, world: World):
         self.passages = [passage_by_id(world, f"p{i:07d}") for i in range(world.n_passages)]
 
-    def search(self, queries, k):
+    def search(self, queries, k, requests=None):
         out = []
         for q in queries:
             words = set(q.replace("?", "").split())
             ranked = sorted(range(len(self.passages)), key=lambda i: -len(words & set(self.passages[i][0].split())))
-            out.append([Hit(f"p{i:07d}", *self.passages[i], 1.0) for i in ranked[:k]])
+            out.append([Passage(f"p{i:07d}", *self.passages[i], 1.0) for i in ranked[:k]])
         return out
 
 

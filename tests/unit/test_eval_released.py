@@ -19,13 +19,13 @@ from raypipe.eval.item_search import ItemSearcher, passage_groups
 from raypipe.eval.metrics import judge
 from raypipe.eval.released import ASQA_INSTRUCTION
 from raypipe.inference.engines.base import Engine
-from raypipe.methods.base import Tools, Variant
+from raypipe.methods.base import Toolkit, Variant
 from raypipe.methods.crag.settings import CRAGSettings
 from raypipe.methods.rag.settings import RAGSettings
 from raypipe.methods.self_reasoning.settings import SelfReasoningSettings
 from raypipe.methods.selfcrag.settings import SelfCRAGSettings
 from raypipe.methods.selfrag.settings import SelfRAGSettings
-from raypipe.retrieval.types import Hit
+from raypipe.retrieval.types import Passage
 from raypipe.settings.models import EngineConfig
 from raypipe.settings.retrieval import RetrievalConfig
 
@@ -100,12 +100,12 @@ def test_each_released_shape_parses_to_the_projects_tasks(released, tmp_path):
     popqa = read["popqa"][0]
     assert (popqa.id, popqa.task, popqa.instruction, popqa.golds) == (
         "4222362", "qa", "What is George Rankin's occupation?", ("politician", "political leader"))
-    assert popqa.passages == (Hit("9001", "George Rankin", "George Rankin was an Australian politician.", 1.63),
-                              Hit("9002", "Rankin", "Rankin is a surname.", 1.21),
-                              Hit("9003", "George", "George is a given name.", 1.02))
+    assert popqa.passages == (Passage("9001", "George Rankin", "George Rankin was an Australian politician.", 1.63),
+                              Passage("9002", "Rankin", "Rankin is a surname.", 1.21),
+                              Passage("9003", "George", "George is a given name.", 1.02))
     # no ids in the file: the row's position; `answer` (a string) is read as Self-RAG's script reads it
     assert [(i.id, i.golds) for i in read["triviaqa"]] == [("0", ("Mars", "Planet Mars")), ("1", ("Shakespeare",))]
-    assert read["triviaqa"][0].passages == (Hit("1", "Mars", "Mars is called the red planet.", 2.5),)
+    assert read["triviaqa"][0].passages == (Passage("1", "Mars", "Mars is called the red planet.", 2.5),)
     # PubHealth: fact verification with the claim as input; the "mixture" row is rejected (below)
     health = read["health"]
     assert [(i.id, i.task, i.instruction, i.input, i.golds) for i in health] == [
@@ -183,8 +183,8 @@ def test_bad_released_rows_are_rejected_naming_file_row_and_field(tmp_path):
 # --- the searcher over items' own passages ---------------------------------------------------------
 
 
-def hits(tag: str, n: int) -> tuple[Hit, ...]:
-    return tuple(Hit(f"{tag}{i}", f"{tag} title {i}", f"{tag} text {i}", 0.0) for i in range(n))
+def hits(tag: str, n: int) -> tuple[Passage, ...]:
+    return tuple(Passage(f"{tag}{i}", f"{tag} title {i}", f"{tag} text {i}", 0.0) for i in range(n))
 
 
 @dataclass
@@ -192,20 +192,23 @@ class Index:
     """Stands in for the dense index; records what it was asked."""
 
     calls: list[list[str]] = field(default_factory=list)
+    requests: list[list[int] | None] = field(default_factory=list)
 
-    def search(self, queries, k):
+    def search(self, queries, k, requests=None):
         self.calls.append(list(queries))
+        self.requests.append(None if requests is None else list(requests))
         return [list(hits("idx", k)) for _ in queries]
 
 
 def test_item_searcher_returns_the_first_k_in_file_order_at_every_step():
     index = Index()
-    searcher = ItemSearcher(["Who is Ada?", "Who is Bob?", "plain?"], [hits("a", 4), hits("b", 1), None], index)
-    found = searcher.search(["Who is Ada?", "Who is Bob?", "Who is Ada?\nAda was a poet.", "plain?"], 2)
+    searcher = ItemSearcher([hits("a", 4), hits("b", 1), None], index)
+    found = searcher.search(["Who is Ada?", "Who is Bob?", "Who is Ada?\nAda was a poet.", "plain?"], 2,
+                            requests=[0, 1, 0, 2])
     assert found[0] == list(hits("a", 2)) == found[2]  # Self-RAG's later query (x + previous segment)
     assert found[1] == list(hits("b", 1))
-    assert found[3] == list(hits("idx", 2)) and index.calls == [["plain?"]]
-    with pytest.raises(DataError, match="no eval item's retrieval text"):
+    assert found[3] == list(hits("idx", 2)) and index.calls == [["plain?"]] and index.requests == [[2]]
+    with pytest.raises(ValueError, match="needs the index of its request"):
         searcher.search(["Who is Cy?"], 2)
 
 
@@ -260,7 +263,7 @@ def test_every_method_sees_exactly_the_files_top_k_and_not_the_index(tmp_path, t
     assert [i.passages is None for i in items] == [False, False, False, True]
 
     engine, index, evaluator = RecordingEngine(make_engine(tiny_model_dir, EngineConfig(kind="hf"))), Index(), Evaluator()
-    monkeypatch.setattr(predict, "load_tools", lambda *a, **k: Tools(engine=engine, retriever=index, evaluator=evaluator))
+    monkeypatch.setattr(predict, "load_tools", lambda *a, **k: Toolkit(engine=engine, retriever=index, evaluator=evaluator))
     variants = [
         Variant("selfrag", "selfrag", "method", "selfrag",
                 SelfRAGSettings(mode="always", max_new_tokens=3, max_depth=2, beam_width=1)),

@@ -6,16 +6,16 @@ from __future__ import annotations
 from raypipe.config import RetrievalNoiseConfig, load_config
 from raypipe.eval.predict import load_tools
 from raypipe.eval.runner import _fingerprint, eval_variants
-from raypipe.retrieval.types import Hit
+from raypipe.retrieval.types import Passage
 from raypipe.settings.models import EngineConfig
 from raypipe.settings.retrieval import RetrievalConfig
 
 
 class CorpusSearcher:
     def __init__(self) -> None:
-        self.corpus = {q: [Hit(f"{q}{i}", q.upper(), f"{q} text {i}", 1.0) for i in range(4)] for q in "ab"}
+        self.corpus = {q: [Passage(f"{q}{i}", q.upper(), f"{q} text {i}", 1.0) for i in range(4)] for q in "ab"}
 
-    def search(self, queries: list[str], k: int) -> list[list[Hit]]:
+    def search(self, queries: list[str], k: int, requests=None) -> list[list[Passage]]:
         return [self.corpus[q][:k] for q in queries]
 
 

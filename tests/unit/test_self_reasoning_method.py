@@ -4,34 +4,31 @@ robustness variants, and the registry/serving wiring."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 
 from raypipe.config import load_config
 from raypipe.inference.engines.base import Engine, Generation, GenerationParams
 from raypipe.methods import get_method
-from raypipe.methods.base import MethodRequest, Tools
+from raypipe.methods.base import MethodRequest, Toolkit
 from raypipe.methods.closed_set import verdict_options
 from raypipe.methods.self_reasoning.method import SelfReasoning
 from raypipe.methods.self_reasoning.settings import SelfReasoningSettings
 from raypipe.retrieval.perturb import NoisySearcher
+from raypipe.retrieval.types import Passage
 from raypipe.serving.schemas import CONTROLS
 
 
-@dataclass(frozen=True)
-class P:
-    id: str
-    title: str
-    text: str
+def P(pid: str, title: str, text: str) -> Passage:
+    return Passage(pid, title, text, 1.0)
 
 
 class FakeSearcher:
-    def __init__(self, corpus: dict[str, list[P]]):
-        self.corpus, self.calls = corpus, []
+    def __init__(self, corpus: dict[str, list[Passage]]):
+        self.corpus, self.calls, self.requests = corpus, [], []
 
-    def search(self, queries, k):
+    def search(self, queries, k, requests=None):
         self.calls.append(list(queries))
+        self.requests.append(requests)
         return [self.corpus[q][:k] for q in queries]
 
 
@@ -71,7 +68,7 @@ REPLIES = {
 
 def run(questions, settings=None, requests=None):
     engine, searcher = ScriptedEngine(REPLIES), FakeSearcher(CORPUS)
-    method = SelfReasoning(Tools(engine=engine, retriever=searcher))
+    method = SelfReasoning(Toolkit(engine=engine, retriever=searcher))
     requests = requests or [MethodRequest(q) for q in questions]
     return method, engine, searcher, method.decode(requests, settings or SelfReasoningSettings(), 5)
 
@@ -79,6 +76,7 @@ def run(questions, settings=None, requests=None):
 def test_one_search_and_one_engine_call_per_batch_and_cited_numbers_map_to_passage_ids():
     method, engine, searcher, (ada, ivy) = run(["When was Ada born?", "Who painted Ivy?"])
     assert len(searcher.calls) == 1 and len(engine.prompts) == 2 and engine.params[0].return_probs is False
+    assert searcher.requests == [[0, 1]]
     assert "[1] Bob\nBob was born in 1700.\n[2] Ada\nAda was born in 1815." in engine.prompts[0]
     assert ada.text == "1815"
     assert [(c.passage_id, c.title) for c in ada.citations] == [("p11", "Ada")]
@@ -154,7 +152,7 @@ def test_an_ablation_model_is_parsed_in_its_own_format():
     no_tap = {"When was Ada born?": "Relevant: True\nRelevant Reason: about Ada.\n"
                                     "Cite content: [2] Ada was born in 1815.\nReason to cite: the year.\nFinal Answer: 1815"}
     settings = SelfReasoningSettings(processes=["relevance", "evidence"])
-    method = SelfReasoning(Tools(engine=ScriptedEngine(no_tap), retriever=FakeSearcher(CORPUS)))
+    method = SelfReasoning(Toolkit(engine=ScriptedEngine(no_tap), retriever=FakeSearcher(CORPUS)))
     [r] = method.decode([MethodRequest("When was Ada born?", long_form=True)], settings, 5)
     assert (r.text, [c.passage_id for c in r.citations], r.trace["trajectory"]["analysis"]) == ("1815", ["p11"], "")
     full, *_ = run(["When was Ada born?"], settings)

@@ -6,12 +6,12 @@ Point RAYPIPE_SELFRAG_7B at the folder (default: models/selfrag_llama2_7b). Noth
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from raypipe.methods.selfrag.settings import SelfRAGSettings
+from raypipe.retrieval.types import Passage
 from raypipe.settings.models import EngineConfig
 from raypipe.tokens import RELEVANT, SPECIAL_TOKENS
 
@@ -20,16 +20,10 @@ pytestmark = pytest.mark.gpu
 CHECKPOINT = Path(os.environ.get("RAYPIPE_SELFRAG_7B", "models/selfrag_llama2_7b"))
 
 
-@dataclass(frozen=True)
-class Doc:
-    id: str
-    title: str
-    text: str
-
-
 class OnePassage:
-    def search(self, queries, k):
-        return [[Doc("w1", "Hamlet", "Hamlet is a tragedy written by William Shakespeare around 1600.")] for _ in queries]
+    def search(self, queries, k, requests=None):
+        return [[Passage("w1", "Hamlet", "Hamlet is a tragedy written by William Shakespeare around 1600.", 1.0)]
+                for _ in queries]
 
 
 @pytest.fixture(scope="module")
@@ -48,11 +42,11 @@ def test_vocabulary_already_has_every_reflection_token(checkpoint):
 
 def test_answers_from_the_passage_and_judges_it_relevant(checkpoint):
     from raypipe.inference.engines import make_engine
-    from raypipe.methods.base import MethodRequest, Tools
-    from raypipe.methods.selfrag.search import SelfRAG
+    from raypipe.methods.base import MethodRequest, Toolkit
+    from raypipe.methods.selfrag.method import SelfRAG
 
     settings = SelfRAGSettings(mode="always", max_depth=1, max_new_tokens=50)
-    method = SelfRAG(Tools(engine=make_engine(checkpoint, EngineConfig()), retriever=OnePassage()))
+    method = SelfRAG(Toolkit(engine=make_engine(checkpoint, EngineConfig()), retriever=OnePassage()))
     result = method.decode([MethodRequest("Who wrote Hamlet?")], settings, top_k=1)[0]
     assert "Shakespeare" in result.text
     assert result.citations[0].passage_id == "w1"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import pytest
 from pydantic import ValidationError
@@ -18,10 +17,11 @@ from pydantic import ValidationError
 from raypipe.errors import ConfigError
 from raypipe.inference.engines.base import Engine, Generation, GenerationParams, GroupProbs
 from raypipe.methods import get_method
-from raypipe.methods.base import MethodRequest, Tools
+from raypipe.methods.base import MethodRequest, Toolkit
 from raypipe.methods.closed_set import verdict_options
-from raypipe.methods.selfrag.search import SelfRAG
+from raypipe.methods.selfrag.method import SelfRAG
 from raypipe.methods.selfrag.settings import SelfRAGSettings
+from raypipe.retrieval.types import Passage
 from raypipe.tokens import (
     FULLY_SUPPORTED,
     GROUP_TOKENS,
@@ -93,20 +93,20 @@ class FakeEngine(Engine):
         return [self.first(p) for p in prompts]
 
 
-@dataclass(frozen=True)
-class P:
-    id: str
-    title: str
-    text: str
+def P(pid: str, title: str, text: str) -> Passage:
+    return Passage(pid, title, text, 1.0)
 
 
 class FakeRetriever:
-    def __init__(self, passages: dict[str, list[P]] | list[P]):
+    def __init__(self, passages: dict[str, list[Passage]] | list[Passage]):
         self.passages = passages
         self.queries: list[str] = []
+        #: whose each query was, as the searcher was told
+        self.requests: list[int | None] = []
 
-    def search(self, queries: list[str], k: int) -> list[list[P]]:
+    def search(self, queries: list[str], k: int, requests=None) -> list[list[Passage]]:
         self.queries.extend(queries)
+        self.requests.extend(requests if requests is not None else [None] * len(queries))
         if isinstance(self.passages, list):
             return [self.passages[:k] for _ in queries]
         return [self.passages[q][:k] for q in queries]
@@ -155,7 +155,7 @@ def config(top_k: int = 5, **settings) -> Settings:
 
 
 def decode(cfg: Settings, engine: FakeEngine, retriever: FakeRetriever | None, requests: list[MethodRequest]):
-    return SelfRAG(Tools(engine=engine, retriever=retriever)).decode(requests, *cfg)
+    return SelfRAG(Toolkit(engine=engine, retriever=retriever)).decode(requests, *cfg)
 
 
 def decode_one(cfg: Settings, engine: FakeEngine, retriever: FakeRetriever | None,
@@ -295,7 +295,7 @@ def test_a_retrieve_token_starts_the_next_segment_with_the_previous_segment_as_q
     retriever = FakeRetriever({query: [P("d1", "Doc", "Ada was born in Paris.")]})
     result = decode_one(config(mode="adaptive", max_depth=3), engine, retriever,
                         MethodRequest("Tell me about Ada."))
-    assert retriever.queries == [query]
+    assert retriever.queries == [query] and retriever.requests == [0]  # x + previous segment, still request 0
     assert result.text == "Ada is a writer. Born in Paris."
     assert result.trace["raw"] == ("[No Retrieval]Ada is a writer.[Retrieval]<paragraph>Doc\nAda was born in Paris."
                           "</paragraph>[Relevant] Born in Paris.[Fully supported][Utility:5]")
@@ -333,8 +333,10 @@ def test_requests_share_engine_calls_and_match_one_by_one():
     engine = FakeEngine(lambda prompt: THREE_WAY[last_title(prompt)])
     cfg = config(mode="always", top_k=3, max_depth=1)
     requests = [MethodRequest("First?"), MethodRequest("Second?", input="context")]
-    together = decode(cfg, engine, FakeRetriever(PASSAGES), requests)
+    retriever = FakeRetriever(PASSAGES)
+    together = decode(cfg, engine, retriever, requests)
     assert len(engine.generate_calls) == 1 and len(engine.generate_calls[0]) == 6
+    assert retriever.queries == ["First?", "Second?\ncontext"] and retriever.requests == [0, 1]
     alone = [decode_one(cfg, FakeEngine(lambda prompt: THREE_WAY[last_title(prompt)]), FakeRetriever(PASSAGES), r)
              for r in requests]
     assert [r.as_dict() for r in together] == [r.as_dict() for r in alone]

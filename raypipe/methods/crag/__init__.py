@@ -1,3 +1,4 @@
-"""CRAG (Corrective Retrieval Augmented Generation) and Self-CRAG: the retrieval evaluator, the action
-trigger, knowledge strips, query rewriting, web search selection, and the `crag`, `rag` and `selfcrag`
-methods."""
+"""CRAG (Corrective Retrieval Augmented Generation): the retrieval evaluator, the action trigger,
+knowledge strips, query rewriting, web search selection, the corrective step that chains them
+(`knowledge`), and the `crag` method (`method.CRAG`). Its baseline `rag` and `selfcrag` are methods of
+their own (methods.rag, methods.selfcrag)."""

@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from raypipe.methods.base import Citation, MethodRequest, RelevanceScorer
+from raypipe.methods.base import Citation, MethodRequest, RelevanceScorer, Toolkit, ToolName
 from raypipe.methods.crag.evaluator_data import as_document
-from raypipe.methods.crag.rewrite import Rewrite, Rewriter
+from raypipe.methods.crag.rewrite import Rewrite, Rewriter, make_rewriter
 from raypipe.methods.crag.settings import CorrectiveSettings
 from raypipe.methods.crag.strips import Strip, decompose, recompose, select
 from raypipe.methods.crag.trigger import Action, needs_external, needs_internal, trigger
@@ -151,3 +151,22 @@ class Corrector:
         if not scored:
             return [(s, float("nan")) for s in strips]
         return select(strips, [score_of[(i, id(s))] for s in strips], self.cfg.strip_filter, self.cfg.strip_top_k)
+
+
+def corrective_tools(settings: CorrectiveSettings) -> set[ToolName]:
+    """What the corrective step needs: the retriever and evaluator always; the web source when web
+    search is on, and the instruct LM when it rewrites the queries."""
+    used: set[ToolName] = {"retriever", "evaluator"}
+    if settings.web:
+        used.add("web")
+        if settings.rewriter == "lm":
+            used.add("lm")
+    return used
+
+
+def make_corrector(toolkit: Toolkit, settings: CorrectiveSettings, method: str) -> Corrector:
+    """The corrective step of `method` (crag, selfcrag) over its toolkit."""
+    web = toolkit.get("web", method) if settings.web else None
+    rewriter = make_rewriter(settings, toolkit.get("lm", method) if settings.web and settings.rewriter == "lm" else None) \
+        if settings.web else None
+    return Corrector(toolkit.get("evaluator", method), web, rewriter, settings)

@@ -22,7 +22,9 @@ from typing import Any
 @dataclass(frozen=True)
 class Strip:
     """A piece of a document: which document (`doc`, its index in the request's list), where in it
-    (`pos`), its text, and where the document came from."""
+    (`pos`), its text, and where the document came from. Its own type, not a `retrieval.types.Passage`:
+    a strip is part of a passage (`passage_id` names it), and recomposition orders strips by where
+    they sit (`doc`, `pos`) and keeps internal and external knowledge apart (`source`)."""
 
     doc: int
     pos: int

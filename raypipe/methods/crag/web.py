@@ -1,6 +1,6 @@
 """Web search for CRAG's Incorrect and Ambiguous actions (CRAG §4.5, App. B.3).
 
-One search call for every web query of a batch on the second search source (`Tools.web`: the world's
+One search call for every web query of a batch on the second search source (`Toolkit.web`: the world's
 web index, or an HTTP search API). From each query's results, those from preferred (authoritative)
 sources move first, keeping their order otherwise ("pages from Wikipedia will be added
 preferentially"), and the first `web_top_k` (5) are kept. Selection with the evaluator happens with

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from raypipe.methods.base import Method, MethodRequest, MethodResult, ToolName
-from raypipe.methods.crag.generate import generate_answers
 from raypipe.methods.direct.settings import DirectSettings
+from raypipe.methods.plain_generator import generate_answers
 
 
 class Direct(Method[DirectSettings]):
@@ -21,12 +21,12 @@ class Direct(Method[DirectSettings]):
 
     name = "direct"
     settings_type = DirectSettings
-    tools = ("engine", "lm")
+    tool_names = ("engine", "lm")
 
     @classmethod
     def uses(cls, settings: DirectSettings) -> set[ToolName]:
         return {settings.generator}
 
     def decode(self, requests: Sequence[MethodRequest], settings: DirectSettings, top_k: int) -> list[MethodResult]:
-        generator = self.tools.get(settings.generator, self.name)
+        generator = self.toolkit.get(settings.generator, self.name)
         return generate_answers(generator, settings.generator, requests, [""] * len(requests), settings.max_new_tokens)

@@ -25,7 +25,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from raypipe.inference.engines.base import Engine, GenerationParams
-from raypipe.methods.base import Citation, Method, MethodRequest, MethodResult, Tools, Variant
+from raypipe.methods.base import (
+    Citation,
+    Method,
+    MethodRequest,
+    MethodResult,
+    Toolkit,
+    Variant,
+    search_requests,
+)
 from raypipe.methods.closed_set import Option, match_option
 from raypipe.methods.self_reasoning.format import (
     FACT_ANSWERS,
@@ -69,11 +77,11 @@ class SelfReasoning(Method[SelfReasoningSettings]):
 
     name = "self_reasoning"
     settings_type = SelfReasoningSettings
-    tools = ("engine", "retriever")
+    tool_names = ("engine", "retriever")
 
-    def __init__(self, tools: Tools):
-        super().__init__(tools)
-        self.engine: Engine = tools.get("engine", self.name)
+    def __init__(self, toolkit: Toolkit):
+        super().__init__(toolkit)
+        self.engine: Engine = toolkit.get("engine", self.name)
         #: trajectories that did not parse, by reason (answered from their tail)
         self.parse_failures: Counter[str] = Counter()
         self.decoded = 0
@@ -82,8 +90,8 @@ class SelfReasoning(Method[SelfReasoningSettings]):
                top_k: int) -> list[MethodResult]:
         if not requests:
             return []
-        searcher = perturbed(self.tools.get("retriever", self.name), settings)
-        found = searcher.search([r.retrieval_text() for r in requests], top_k)
+        searcher = perturbed(self.toolkit.get("retriever", self.name), settings)
+        found = search_requests(searcher, requests, top_k)
         docs = [[Doc(p.id, p.title, p.text) for p in hits] for hits in found]
         prompts = [format_prompt(question_of(r), d, self.engine.prompt) for r, d in zip(requests, docs, strict=True)]
         params = GenerationParams(max_new_tokens=settings.max_new_tokens, return_probs=False)

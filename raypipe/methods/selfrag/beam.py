@@ -1,11 +1,14 @@
-"""The `selfrag` method: adaptive retrieval and segment-level beam search (paper §3.3, Algorithm 1,
-App. A.4), run in lock step over a batch of requests so that every step is one engine call.
+"""Self-RAG's segment-level beam search with adaptive retrieval (paper §3.3, Algorithm 1, App. A.4),
+run in lock step over a batch of requests so that every step is one engine call and one search call.
+The `selfrag` method (method.py) runs it over the retriever, Self-CRAG (methods.selfcrag) over CRAG's
+processed knowledge.
 
 One step, for every unfinished hypothesis (beam) of every request:
 1. decide whether to retrieve: `always`, `never`, or `adaptive` (p(Retrieval) / (p(Retrieval) +
    p(No Retrieval)) > δ, read before the first segment from the prompt and later at the retrieve-group
    token that ended the previous segment);
-2. retrieving, search K passages with the query "input + previous segment" and build K continuations
+2. retrieving, search K passages with the query "input + previous segment" (telling the searcher
+   whose request it is) and build K continuations
    `prompt + output so far + [Retrieval]<paragraph>title\\ntext</paragraph>`; not retrieving, one
    continuation after `[No Retrieval]` (or the `[Continue to Use Evidence]` the model wrote);
 3. generate all continuations of all beams in ONE engine call; a segment ends at the next
@@ -28,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from raypipe.inference.engines.base import Engine, Generation, GenerationParams, GroupTable
-from raypipe.methods.base import Citation, Method, MethodRequest, MethodResult, ToolName, Tools, Variant
+from raypipe.methods.base import Citation, MethodRequest, MethodResult
 from raypipe.methods.closed_set import aggregate_options
 from raypipe.methods.selfrag.scoring import (
     CRITIQUE_GROUPS,
@@ -38,7 +41,7 @@ from raypipe.methods.selfrag.scoring import (
     segment_probability,
     should_retrieve,
 )
-from raypipe.methods.selfrag.settings import SelfRAGSettings, SelfRAGSweeps
+from raypipe.methods.selfrag.settings import SelfRAGSettings
 from raypipe.retrieval.types import Passage, Searcher
 from raypipe.tokens import (
     CONTINUE,
@@ -90,6 +93,9 @@ class _Hypothesis:
 
 @dataclass
 class _Search:
+    """One request's search; `index` is the request's place in the decode call (what its queries say)."""
+
+    index: int
     request: MethodRequest
     prompt: str
     beams: list[_Hypothesis]
@@ -115,43 +121,10 @@ def retrieval_query(request: MethodRequest, previous_segment: str) -> str:
     return "\n".join(p for p in (request.retrieval_text(), previous_segment) if p)
 
 
-class SelfRAG(Method[SelfRAGSettings]):
-    """Self-RAG decoding with the generator's engine and a retriever (paper §3.3)."""
-
-    name = "selfrag"
-    settings_type = SelfRAGSettings
-    tools = ("engine", "retriever")
-
-    def __init__(self, tools: Tools):
-        super().__init__(tools)
-        self.engine: Engine = tools.get("engine", self.name)
-        self.groups = GroupTable(self.engine.tokenizer)
-
-    @classmethod
-    def uses(cls, settings: SelfRAGSettings) -> set[ToolName]:
-        return {"engine"} if settings.mode == "never" else {"engine", "retriever"}
-
-    def decode(self, requests: Sequence[MethodRequest], settings: SelfRAGSettings, top_k: int) -> list[MethodResult]:
-        retriever = self.tools.get("retriever", self.name) if settings.mode != "never" else None
-        return _Decoding(self.engine, retriever, self.groups, settings, top_k).run(requests)
-
-    @classmethod
-    def variants(cls, settings: SelfRAGSettings, sweeps: SelfRAGSweeps | None = None) -> list[Variant]:
-        """The retrieval modes, then the threshold sweep, then the IsSup-weight sweep (Fig. 3b, 3c)."""
-        sweeps = sweeps or SelfRAGSweeps()
-
-        def variant(name: str, sweep: str, value: float | str, **update: Any) -> Variant:
-            return Variant(name, cls.name, sweep, value, settings.model_copy(update=update))
-
-        variants = [variant(mode, "mode", mode, mode=mode) for mode in sweeps.modes]
-        variants += [variant(f"threshold_{t:g}", "threshold", t, mode="adaptive", threshold=t) for t in sweeps.threshold]
-        variants += [variant(f"w_is_sup_{w:g}", "is_sup_weight", w, mode=sweeps.weight_sweep_mode, w_is_sup=w)
-                     for w in sweeps.is_sup_weight]
-        return list({v.name: v for v in variants}.values())
-
-
-class _Decoding:
-    """One `SelfRAG.decode` call: the settings, and the search state of its requests."""
+class BeamSearch:
+    """One decode call of Self-RAG (or of Self-CRAG): the settings, and the search state of its
+    requests. `retriever` is searched for every retrieval (None for `mode: never`); `groups` is the
+    engine tokenizer's reflection-token table, which a method builds once."""
 
     def __init__(self, engine: Engine, retriever: Searcher | None, groups: GroupTable, cfg: SelfRAGSettings,
                  top_k: int):
@@ -165,7 +138,8 @@ class _Decoding:
         )
 
     def run(self, requests: Sequence[MethodRequest]) -> list[MethodResult]:
-        searches = [_Search(r, self.engine.prompt(r.instruction, r.input), [_Hypothesis()]) for r in requests]
+        searches = [_Search(i, r, self.engine.prompt(r.instruction, r.input), [_Hypothesis()])
+                    for i, r in enumerate(requests)]
         if self.cfg.mode == "adaptive" and searches:
             first = self.engine.next_group_probs([s.prompt for s in searches], Group.RETRIEVE)
             for search, probs in zip(searches, first, strict=True):
@@ -186,9 +160,10 @@ class _Decoding:
 
     def _step(self, work: list[tuple[_Search, _Hypothesis]]) -> None:
         retrieving = [self._wants_retrieval(h) for _, h in work]
-        queries = [retrieval_query(s.request, h.segments[-1].text if h.segments else "")
-                   for (s, h), r in zip(work, retrieving, strict=True) if r]
-        found = iter(self.retriever.search(queries, self.top_k) if queries else [])
+        asking = [(s, h) for (s, h), r in zip(work, retrieving, strict=True) if r]
+        queries = [retrieval_query(s.request, h.segments[-1].text if h.segments else "") for s, h in asking]
+        found = iter(self.retriever.search(queries, self.top_k, requests=[s.index for s, _ in asking])
+                     if queries else [])
         expansions: list[_Expansion] = []
         for (search, h), retrieve in zip(work, retrieving, strict=True):
             passages = list(next(found)) if retrieve else []

@@ -1,7 +1,8 @@
-"""The plain generator of CRAG and RAG (CRAG §5.2, App. B.3 "Generator"): the knowledge k and the
-input x in one prompt, one greedy continuation, in one engine call for the whole batch.
+"""The plain generator that `rag`, `crag` and `direct` answer with (CRAG §5.2, App. B.3 "Generator"):
+the knowledge k (empty for `direct`) and the input x in one prompt, one greedy continuation, in one
+engine call for the whole batch.
 
-Two generators, as the paper's two row groups:
+Two generators, as the CRAG paper's two row groups:
 - `lm`: an instruct LM through its chat template (the paper's LLaMA2-hf-7b rows; here SmolLM2-135M-
   Instruct by default). The wording of the user turn is ours (the paper does not give it);
 - `engine`: the Self-RAG generator used as a plain generator (the SelfRAG-LLaMA2-7b rows): its own

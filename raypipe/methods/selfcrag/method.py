@@ -4,7 +4,7 @@ two combined for Ambiguous.
 
 Self-RAG keeps deciding when to retrieve (its retrieve tokens and threshold) and critiques what it
 reads (IsRel, IsSup, IsUse); only what a retrieval returns changes. The first time Self-RAG asks to
-retrieve for a request, the request's documents are retrieved with x and corrected (knowledge.py),
+retrieve for a request, the request's documents are retrieved with x and corrected (crag/knowledge.py),
 batched over every request asking at that step; later retrievals of the request read the same
 knowledge (CRAG corrects the retrieval of x; Self-RAG's released short-form decoding, too, reads
 passages retrieved once for x). By default (`knowledge_passages: per_source`) each source's kept
@@ -20,47 +20,44 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from raypipe.inference.engines.base import Engine, GroupTable
-from raypipe.methods.base import Method, MethodRequest, MethodResult, ToolName, Tools, Variant
-from raypipe.methods.crag.knowledge import Corrector, Knowledge
-from raypipe.methods.crag.methods import ablation_variants, corrective_tools, make_corrector
+from raypipe.methods.base import Method, MethodRequest, MethodResult, Toolkit, ToolName, Variant
+from raypipe.methods.crag.knowledge import Corrector, Knowledge, corrective_tools, make_corrector
+from raypipe.methods.crag.method import ablation_variants
 from raypipe.methods.crag.settings import CRAGSweeps
 from raypipe.methods.crag.strips import Strip
 from raypipe.methods.selfcrag.settings import SelfCRAGSettings
-from raypipe.methods.selfrag.search import _Decoding
-from raypipe.retrieval.types import Hit, Passage, Searcher, query_owner
+from raypipe.methods.selfrag.beam import BeamSearch
+from raypipe.retrieval.types import Passage, Searcher, first_occurrences, requests_of
 
 
 class KnowledgeSearcher:
-    """A Searcher over CRAG's processed knowledge: a query is matched to its request by the request's
-    retrieval text (Self-RAG queries with x, then x + the previous segment); requests not yet seen are
-    retrieved and corrected together, in one retriever call and one corrective pass."""
+    """A Searcher over CRAG's processed knowledge for one decode call's requests: a query's passages
+    are its request's knowledge (the query itself, x or x + the previous segment, is not searched).
+    Requests not yet seen are retrieved with x and corrected together, in one retriever call and one
+    corrective pass; requests with the same retrieval text share one pass, recorded under the first
+    of them."""
 
     def __init__(self, requests: Sequence[MethodRequest], retriever: Searcher, corrector: Corrector, top_k: int,
                  per_source: bool = False):
         self.requests, self.retriever, self.corrector, self.top_k = list(requests), retriever, corrector, top_k
         self.per_source = per_source
         self.texts = [r.retrieval_text() for r in self.requests]
+        #: request i -> the first request with its retrieval text, under which its knowledge is kept
+        self.owner = first_occurrences(self.texts)
         self.knowledge: dict[int, Knowledge] = {}
 
-    def _request_of(self, query: str) -> int:
-        best = query_owner(self.texts, query)
-        if best is None:
-            raise KeyError(f"Self-CRAG: a retrieval query matches no request: {query[:80]!r}")
-        return best
-
-    def search(self, queries: list[str], k: int) -> list[list[Passage]]:
-        owners = [self._request_of(q) for q in queries]
+    def search(self, queries: list[str], k: int, requests: Sequence[int] | None = None) -> list[list[Passage]]:
+        owners = [self.owner[i] for i in requests_of(queries, requests, "Self-CRAG's knowledge searcher")]
         new = list(dict.fromkeys(i for i in owners if i not in self.knowledge))
         if new:
-            docs = self.retriever.search([self.texts[i] for i in new], self.top_k)
+            docs = self.retriever.search([self.texts[i] for i in new], self.top_k, requests=new)
             for i, knowledge in zip(new, self.corrector.run([self.requests[i] for i in new], docs), strict=True):
                 self.knowledge[i] = knowledge
         return [self._passages(self.knowledge[i]) for i in owners]
 
     def knowledge_of(self, i: int) -> Knowledge | None:
-        """Request i's knowledge: requests with the same retrieval text share one corrective pass,
-        recorded under the first of them."""
-        return self.knowledge.get(self._request_of(self.texts[i]))
+        """Request i's knowledge (None when Self-RAG never retrieved for it)."""
+        return self.knowledge.get(self.owner[i])
 
     def _passages(self, knowledge: Knowledge) -> list[Passage]:
         if self.per_source:
@@ -70,7 +67,7 @@ class KnowledgeSearcher:
         cited = knowledge.citations()
         title = cited[0].title if len({c.title for c in cited}) == 1 else ""
         pid = ",".join(c.passage_id for c in cited) or f"crag:{knowledge.action.value}"
-        return [Hit(pid, title, knowledge.text, 1.0)]
+        return [Passage(pid, title, knowledge.text, 1.0)]
 
     @staticmethod
     def _passage_per_source(knowledge: Knowledge) -> list[Passage]:
@@ -79,7 +76,7 @@ class KnowledgeSearcher:
         strips: dict[str, list[Strip]] = {}
         for strip, _ in knowledge.internal + knowledge.external:
             strips.setdefault(strip.passage_id, []).append(strip)
-        return [Hit(pid, kept[0].title, " ".join(s.text for s in kept), 1.0) for pid, kept in strips.items()]
+        return [Passage(pid, kept[0].title, " ".join(s.text for s in kept), 1.0) for pid, kept in strips.items()]
 
 
 class SelfCRAG(Method[SelfCRAGSettings]):
@@ -87,11 +84,11 @@ class SelfCRAG(Method[SelfCRAGSettings]):
 
     name = "selfcrag"
     settings_type = SelfCRAGSettings
-    tools = ("engine", "lm", "retriever", "web", "evaluator")
+    tool_names = ("engine", "lm", "retriever", "web", "evaluator")
 
-    def __init__(self, tools: Tools):
-        super().__init__(tools)
-        self.engine: Engine = tools.get("engine", self.name)
+    def __init__(self, toolkit: Toolkit):
+        super().__init__(toolkit)
+        self.engine: Engine = toolkit.get("engine", self.name)
         self.groups = GroupTable(self.engine.tokenizer)
 
     @classmethod
@@ -101,10 +98,10 @@ class SelfCRAG(Method[SelfCRAGSettings]):
     def decode(self, requests: Sequence[MethodRequest], settings: SelfCRAGSettings, top_k: int) -> list[MethodResult]:
         searcher = None
         if settings.mode != "never":
-            searcher = KnowledgeSearcher(requests, self.tools.get("retriever", self.name),
-                                         make_corrector(self.tools, settings, self.name), top_k,
+            searcher = KnowledgeSearcher(requests, self.toolkit.get("retriever", self.name),
+                                         make_corrector(self.toolkit, settings, self.name), top_k,
                                          per_source=settings.knowledge_passages == "per_source")
-        results = _Decoding(self.engine, searcher, self.groups, settings, top_k).run(requests)
+        results = BeamSearch(self.engine, searcher, self.groups, settings, top_k).run(requests)
         if searcher is not None:
             for i, result in enumerate(results):
                 knowledge = searcher.knowledge_of(i)
