@@ -58,7 +58,7 @@ def load_tools(used: set[ToolName], generator: str, engine: EngineConfig, retrie
     if "web" in used:
         tools.web = build_search_backend(retrieval)
     if "evaluator" in used:
-        from raypipe.methods.crag.evaluator import load_evaluator
+        from raypipe.methods.crag.retrieval_evaluator import load_evaluator
 
         tools.evaluator = load_evaluator(crag.evaluator)
     if "lm" in used:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from raypipe.config import CorrectiveSettings, SegmentationConfig
 from raypipe.methods.base import Citation, MethodRequest, RelevanceScorer
-from raypipe.methods.crag.evaluator_data import as_document
+from raypipe.methods.crag.retrieval_evaluator import as_document
 from raypipe.methods.crag.rewrite import Rewrite, Rewriter
 from raypipe.methods.crag.strips import Strip, decompose, recompose, select
 from raypipe.methods.crag.trigger import Action, needs_external, needs_internal, trigger

@@ -11,9 +11,9 @@ from typing import Any
 
 from raypipe.config import CorrectiveSettings, CRAGSettings, CRAGSweeps, RAGSettings
 from raypipe.methods.base import Citation, Method, MethodRequest, MethodResult, ToolName, Tools, Variant
-from raypipe.methods.crag.evaluator_data import as_document
 from raypipe.methods.crag.generate import generate_answers
 from raypipe.methods.crag.knowledge import Corrector
+from raypipe.methods.crag.retrieval_evaluator import as_document
 from raypipe.methods.crag.rewrite import make_rewriter
 
 #: ablation -> the settings it changes (Tables 2, 3, 11); `no_web` is ours (web search off)
