@@ -46,7 +46,7 @@ TARGETS = {"evaluator_batched_vs_single": 5.0, "crag_vs_rag_time_ratio": 1.2,
 
 def untrained_evaluator(folder: Path) -> Path:
     """An evaluator folder with all-MiniLM-L6-v2 and a fresh head (timing only: scores are noise)."""
-    from raypipe.methods.crag.evaluator import MANIFEST, OUTPUT, load_cross_encoder
+    from raypipe.methods.crag.retrieval_evaluator import MANIFEST, OUTPUT, load_cross_encoder
     from raypipe.models import minilm_path
 
     model, tokenizer = load_cross_encoder(minilm_path())
@@ -72,7 +72,7 @@ def quick_tools(work: Path, cfg):
     from raypipe.data.world import synthesize
     from raypipe.inference.engines import make_engine
     from raypipe.methods.base import Toolkit
-    from raypipe.methods.crag.evaluator import CrossEncoderEvaluator
+    from raypipe.methods.crag.retrieval_evaluator import CrossEncoderRetrievalEvaluator
     from raypipe.settings.data import WorldConfig
     from raypipe.settings.models import EngineConfig
 
@@ -80,8 +80,8 @@ def quick_tools(work: Path, cfg):
     synthesize(WorldConfig(out_dir=str(world), instances=200, seed=0, eval_instances=12))
     tiny = tiny_generator(work, world)
     engine = make_engine(str(tiny), EngineConfig(kind="hf", batch_size=16))
-    evaluator = CrossEncoderEvaluator(untrained_evaluator(work / "evaluator"),
-                                      batch_size=cfg.crag.evaluator.batch_size, device="cpu")
+    evaluator = CrossEncoderRetrievalEvaluator(untrained_evaluator(work / "evaluator"),
+                                               batch_size=cfg.crag.evaluator.batch_size, device="cpu")
     toolkit = Toolkit(engine=engine, lm=engine, evaluator=evaluator,
                       retriever=KeywordSearcher(pq.read_table(world / "passages").to_pylist()),
                       web=KeywordSearcher(pq.read_table(world / "web" / "passages").to_pylist()))
@@ -115,7 +115,7 @@ def requests_of(eval_dir: Path, limit: int):
 
 def evaluator_pairs(toolkit, requests, top_k: int) -> list[tuple[str, str]]:
     from raypipe.methods.base import search_requests
-    from raypipe.methods.crag.evaluator_data import as_document
+    from raypipe.methods.crag.retrieval_evaluator import as_document
 
     docs = search_requests(toolkit.retriever, requests, top_k)
     return [(r.retrieval_text(), as_document(d.title, d.text)) for r, ds in zip(requests, docs, strict=True)

@@ -83,7 +83,7 @@ COMMANDS: dict[str, Command] = {
          ("--out", "trajectories.out_dir", str, "output folder")),
     ),
     "crag train-evaluator": Command(
-        "raypipe.methods.crag.evaluator_train:run_train_evaluator",
+        "raypipe.evaluator_training.train:run_train_evaluator",
         "CRAG's retrieval evaluator: pairs from the world's ground truth, a cross-encoder on Ray Train, "
         "held-out accuracy with a confusion matrix",
         (("--out", "crag.train.out_dir", str, "evaluator folder"),

@@ -57,7 +57,7 @@ def load_tools(used: set[ToolName], generator: str, engine: EngineConfig, retrie
         return perturbed(found, noise) if noise is not None else found
 
     def evaluator() -> Any:
-        from raypipe.methods.crag.evaluator import load_evaluator
+        from raypipe.methods.crag.retrieval_evaluator import load_evaluator
 
         return load_evaluator(crag.evaluator)
 

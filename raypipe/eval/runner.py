@@ -213,7 +213,7 @@ def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None
     if uses_generator and not (Path(cfg.eval.generator) / "config.json").is_file():
         raise ModelError(f"eval.generator: no model folder at {cfg.eval.generator}")
     if "evaluator" in tools_used(eval_variants(cfg)):
-        from raypipe.methods.crag.evaluator import require_evaluator
+        from raypipe.methods.crag.retrieval_evaluator import require_evaluator
 
         require_evaluator(cfg.crag.evaluator.path)
     items, reports = read_eval_sets(cfg.eval.eval_sets, out / "rejects", cfg.eval.limit, cfg.eval.passages)

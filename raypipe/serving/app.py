@@ -88,7 +88,7 @@ def build_app(cfg: RaypipeConfig) -> Application:
     s = cfg.serve
     used = {tool for m in s.methods for tool in get_method(m).tool_names}
     if "evaluator" in used:
-        from raypipe.methods.crag.evaluator import require_evaluator
+        from raypipe.methods.crag.retrieval_evaluator import require_evaluator
 
         require_evaluator(cfg.crag.evaluator.path)  # here, not in a replica that Serve would restart
     generator_actor: dict[str, Any] = {"num_cpus": s.generator_cpus}

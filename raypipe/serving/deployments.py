@@ -117,7 +117,7 @@ class Evaluator(_BatchedModel):
     the path in the error."""
 
     def __init__(self, evaluator: EvaluatorConfig, threads: int, max_batch_size: int, batch_wait_timeout_s: float):
-        from raypipe.methods.crag.evaluator import load_evaluator
+        from raypipe.methods.crag.retrieval_evaluator import load_evaluator
 
         self._start(threads)
         self.evaluator = self.thread.submit(load_evaluator, evaluator).result()

@@ -20,20 +20,19 @@ from __future__ import annotations
 import json
 import logging
 import math
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from raypipe.config import RaypipeConfig
-from raypipe.errors import ConfigError, RaypipeError
+from raypipe.errors import ConfigError
 from raypipe.models.prompt_format import resolve_format
 from raypipe.prompts import PromptFormatName
 from raypipe.settings.training import TrainConfig, TrainStage
-from raypipe.training.checkpoint import MODEL_DIR, TrainState
 from raypipe.training.data import StepPlan, encode_dataset, plan_steps
 from raypipe.training.deepspeed_config import load_deepspeed_config
+from raypipe.training.harness import choose_gpu, fit_and_export
 from raypipe.training.spans import SPAN_KINDS
 
 logger = logging.getLogger(__name__)
@@ -66,14 +65,6 @@ def _check_positions(tc: TrainConfig, which: str, base: str) -> None:
                           f"base model {base} (max_position_embeddings in {config})")
 
 
-def _use_gpu(tc: TrainConfig) -> bool:
-    import ray
-
-    if tc.device == "auto":
-        return ray.cluster_resources().get("GPU", 0) >= tc.num_workers
-    return tc.device == "cuda"
-
-
 def _bf16(tc: TrainConfig, use_gpu: bool) -> bool:
     """`auto` is decided from the cluster, not from the driver, which often runs on a CPU-only head node:
     bf16 on GPU workers (Self-RAG App. B.1), fp32 on CPU workers."""
@@ -103,13 +94,12 @@ def fit_stage(tc: TrainConfig, stage: TrainStage, base_model: str, data: StageDa
               work_dir: Path, prompt_format: PromptFormatName = "selfrag") -> dict[str, Any]:
     """Train one stage from `base_model` on Ray Train and export the result to `export_dir`."""
     from ray.data import ExecutionOptions
-    from ray.train import CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchConfig, TorchTrainer
+    from ray.train import DataConfig
 
     from raypipe.training.loop import train_loop_per_worker
 
     start = time.perf_counter()
-    use_gpu = _use_gpu(tc)
+    use_gpu = choose_gpu(tc)
     bf16 = _bf16(tc, use_gpu)
     ds_config = load_deepspeed_config(tc, bf16=bf16)
     plan = data.plan
@@ -125,30 +115,13 @@ def fit_stage(tc: TrainConfig, stage: TrainStage, base_model: str, data: StageDa
     logger.info("stage %s: %d rows, global batch %d, %d steps/epoch, %d steps, %s, ZeRO-%d, %d %s workers",
                 stage.name, plan.rows, plan.global_batch, plan.steps_per_epoch, total,
                 "bf16" if bf16 else "fp32", tc.zero_stage, tc.num_workers, "GPU" if use_gpu else "CPU")
-    trainer = TorchTrainer(
-        train_loop_per_worker,
-        train_loop_config=loop_config,
-        torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
-        scaling_config=ScalingConfig(num_workers=tc.num_workers, use_gpu=use_gpu,
-                                     resources_per_worker={"CPU": tc.cpus_per_worker}),
-        run_config=RunConfig(
-            name=stage.name, storage_path=str(work_dir / "checkpoints"),
-            failure_config=FailureConfig(max_failures=tc.max_failures),
-            checkpoint_config=CheckpointConfig(num_to_keep=tc.keep_checkpoints),
-        ),
+    state = fit_and_export(
+        train_loop_per_worker, loop_config, tc, use_gpu=use_gpu, run_name=stage.name,
+        storage=work_dir / "checkpoints", export_dir=export_dir, what=f"training stage {stage.name!r}",
         datasets={"train": data.dataset},
         dataset_config=DataConfig(execution_options=ExecutionOptions(preserve_order=True),
                                   enable_shard_locality=False),
     )
-    try:
-        result = trainer.fit()
-    except Exception as exc:  # noqa: BLE001 - the job boundary: report Ray's failure as our error
-        raise RaypipeError(f"training stage {stage.name!r} failed: {exc}") from exc
-    if result.checkpoint is None:
-        raise RaypipeError(f"training stage {stage.name!r} ended without a checkpoint: {result.error}")
-    with result.checkpoint.as_directory() as folder:
-        shutil.copytree(Path(folder) / MODEL_DIR, export_dir, dirs_exist_ok=True)
-        state = TrainState.load(Path(folder))
     history = state.history
     stats = {
         "stage": stage.name, "base_model": base_model, "mask": list(stage.mask), "lr": stage.lr,

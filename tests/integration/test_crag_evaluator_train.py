@@ -13,9 +13,9 @@ import pytest
 
 from raypipe.config import RaypipeConfig
 from raypipe.data.io import list_data_files
-from raypipe.methods.crag.evaluator import CrossEncoderEvaluator
-from raypipe.methods.crag.evaluator_data import as_document
-from raypipe.methods.crag.evaluator_train import SUCCESS, run_train_evaluator, steps_per_epoch
+from raypipe.evaluator_training.loop import steps_per_epoch
+from raypipe.evaluator_training.train import SUCCESS, run_train_evaluator
+from raypipe.methods.crag.retrieval_evaluator import CrossEncoderRetrievalEvaluator, as_document
 from raypipe.settings.crag_tools import CRAGConfig, EvaluatorTrainConfig
 from raypipe.settings.data import WorldConfig
 from raypipe.settings.retrieval import RetrievalConfig
@@ -49,7 +49,7 @@ def test_train_evaluator_exports_a_scorer_reports_heldout_accuracy_and_resumes(r
 
     # the exported folder is a scorer in [-1, 1], and training moved it towards the labels: on the
     # training pairs the positives now score above the negatives
-    evaluator = CrossEncoderEvaluator(out, max_length=48)
+    evaluator = CrossEncoderRetrievalEvaluator(out, max_length=48)
     rows = pq.read_table(tmp_path / "pairs" / "train.parquet").to_pylist()
     scores = evaluator.score([(r["query"], as_document(r["title"], r["text"])) for r in rows])
     assert all(-1.0 <= s <= 1.0 for s in scores)

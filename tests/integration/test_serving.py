@@ -58,7 +58,7 @@ def index_cfg(tmp_path_factory, world_dir) -> RetrievalConfig:
 @pytest.fixture(scope="module")
 def evaluator_dir(tmp_path_factory) -> Path:
     """An (untrained) cross-encoder exported as the training job exports one."""
-    from raypipe.methods.crag.evaluator import MANIFEST, load_cross_encoder
+    from raypipe.methods.crag.retrieval_evaluator import MANIFEST, load_cross_encoder
     from raypipe.models import minilm_path
 
     out = tmp_path_factory.mktemp("evaluator")

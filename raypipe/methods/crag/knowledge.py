@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from raypipe.methods.base import Citation, MethodRequest, RelevanceScorer, Toolkit, ToolName
-from raypipe.methods.crag.evaluator_data import as_document
+from raypipe.methods.crag.retrieval_evaluator import as_document
 from raypipe.methods.crag.rewrite import Rewrite, Rewriter, make_rewriter
 from raypipe.methods.crag.settings import CorrectiveSettings
 from raypipe.methods.crag.strips import Strip, decompose, recompose, select

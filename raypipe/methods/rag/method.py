@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from raypipe.methods.base import Citation, Method, MethodRequest, MethodResult, ToolName, search_requests
-from raypipe.methods.crag.evaluator_data import as_document
+from raypipe.methods.crag.retrieval_evaluator import as_document
 from raypipe.methods.plain_generator import generate_answers
 from raypipe.methods.rag.settings import RAGSettings
 

@@ -53,12 +53,6 @@ PAIR_SCHEMA = pa.schema([("query", pa.string()), ("title", pa.string()), ("text"
                          ("passage_id", pa.string())])
 
 
-def as_document(title: str, text: str) -> str:
-    """What the evaluator reads of a passage: its title line, then its text (App. B.3 scores the
-    question concatenated with each document)."""
-    return f"{title}\n{text}" if title else text
-
-
 @dataclass(frozen=True)
 class Pair:
     query: str

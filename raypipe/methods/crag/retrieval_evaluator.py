@@ -30,6 +30,12 @@ MANIFEST = "evaluator.json"
 OUTPUT = "tanh"
 
 
+def as_document(title: str, text: str) -> str:
+    """What the evaluator reads of a passage: its title line, then its text (App. B.3 scores the
+    question concatenated with each document)."""
+    return f"{title}\n{text}" if title else text
+
+
 def require_evaluator(folder: str | Path) -> Path:
     """The manifest of the evaluator checkpoint at `folder`, or the error naming the path: called where
     a job starts (eval, serving), so a missing checkpoint fails before any actor or replica loads."""
@@ -56,7 +62,7 @@ def load_cross_encoder(folder: str | Path) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-class CrossEncoderEvaluator:
+class CrossEncoderRetrievalEvaluator:
     """The trained evaluator: `score(pairs)` batches pairs longest-first (little padding) and returns
     tanh(head) per pair, in input order."""
 
@@ -95,8 +101,9 @@ class CrossEncoderEvaluator:
         return torch.tanh(logits.float()).cpu().tolist()
 
 
-def load_evaluator(cfg: EvaluatorConfig) -> CrossEncoderEvaluator:
+def load_evaluator(cfg: EvaluatorConfig) -> CrossEncoderRetrievalEvaluator:
     """The evaluator `cfg.path` holds; a missing checkpoint is a startup error naming the path."""
     device = None if cfg.device == "auto" else cfg.device
     logger.info("loading the retrieval evaluator from %s", cfg.path)
-    return CrossEncoderEvaluator(cfg.path, batch_size=cfg.batch_size, max_length=cfg.max_length, device=device)
+    return CrossEncoderRetrievalEvaluator(cfg.path, batch_size=cfg.batch_size, max_length=cfg.max_length,
+                                          device=device)

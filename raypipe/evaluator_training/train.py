@@ -1,0 +1,99 @@
+"""`raypipe crag train-evaluator`: data from the world, the cross-encoder on Ray Train, the held-out
+report (CRAG §4.2, §5.5 Table 4, App. B.3).
+
+Layout under `crag.train.out_dir` (the conventions of `raypipe train`)::
+
+    config.json, model.safetensors, tokenizer files, evaluator.json   the evaluator, an HF folder
+    report.json                 held-out accuracy, confusion matrix, score distribution
+    train_stats.json, _SUCCESS  written last; a rerun with _SUCCESS does nothing
+    checkpoints/evaluator/      Ray Train run storage: model + optimizer + position, every
+                                `checkpoint_every` steps; an interrupted run resumes from the latest
+
+The run goes through the training harness every Ray Train job shares (`raypipe.training.harness`);
+what is the evaluator's own is its data, its per-worker loop and the manifest beside the export.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from raypipe.config import RaypipeConfig
+from raypipe.errors import ConfigError
+from raypipe.evaluator_training.data import write_pairs
+from raypipe.evaluator_training.loop import train_loop_per_worker
+from raypipe.evaluator_training.report import report
+from raypipe.methods.crag.retrieval_evaluator import MANIFEST, OUTPUT, CrossEncoderRetrievalEvaluator
+from raypipe.settings.crag_tools import EvaluatorTrainConfig
+from raypipe.training.harness import choose_gpu, fit_and_export
+
+logger = logging.getLogger(__name__)
+
+SUCCESS = "_SUCCESS"
+STATS_FILE = "train_stats.json"
+REPORT_FILE = "report.json"
+_RUN_NAME = "evaluator"
+
+
+def _base_model(tc: EvaluatorTrainConfig) -> str:
+    from raypipe.models import minilm_path
+
+    return str(Path(tc.base_model).resolve()) if tc.base_model else str(minilm_path())
+
+
+def fit(tc: EvaluatorTrainConfig, base_model: str, data: Path, out: Path) -> dict[str, Any]:
+    """Train on Ray Train and export the evaluator folder to `out`."""
+    state = fit_and_export(
+        train_loop_per_worker, {"train": tc.model_dump(), "base_model": base_model, "data": str(data)}, tc,
+        use_gpu=choose_gpu(tc), run_name=_RUN_NAME, storage=out / "checkpoints", export_dir=out,
+        what="evaluator training",
+    )
+    (out / MANIFEST).write_text(json.dumps({"kind": "crag-retrieval-evaluator", "output": OUTPUT,
+                                            "base_model": base_model, "max_length": tc.max_length}, indent=2) + "\n")
+    return {**state.summary, "history": state.history}
+
+
+def run_train_evaluator(cfg: RaypipeConfig) -> dict[str, Any]:
+    """Build the pairs (unless `data_dir` holds them for these settings), train, report."""
+    from raypipe.retrieval import load_retriever
+    from raypipe.runtime import ensure_ray
+
+    tc = cfg.crag.train
+    out, data = Path(tc.out_dir).resolve(), Path(tc.data_dir).resolve()
+    if (out / SUCCESS).exists():
+        logger.info("%s already trained (%s exists); delete the folder to retrain", out, out / SUCCESS)
+        return {**json.loads((out / STATS_FILE).read_text())["summary"], "skipped": True}
+    if not (Path(cfg.world.out_dir) / "_SUCCESS").exists():
+        raise ConfigError(f"world.out_dir: no finished world at {cfg.world.out_dir} (run `raypipe data synth`)")
+    base = _base_model(tc)
+    start = time.perf_counter()
+    stamp = {"world": cfg.world.model_dump(exclude={"out_dir"}), "train": tc.model_dump(
+        include={"questions", "retrieve_k", "negatives", "claim_fraction", "heldout_fraction", "seed"})}
+    stats_path = data / "stats.json"
+    if stats_path.is_file() and json.loads(stats_path.read_text()).get("stamp") == stamp:
+        data_stats = json.loads(stats_path.read_text())
+        logger.info("reusing the evaluator pairs in %s", data)
+    else:
+        data_stats = write_pairs(cfg.world, load_retriever(cfg.retrieval),
+                                 tc.model_copy(update={"data_dir": str(data)}))
+        data_stats["stamp"] = stamp
+        stats_path.write_text(json.dumps(data_stats, indent=2) + "\n")
+    ensure_ray(cfg.ray)
+    trained = fit(tc, base, data / "train.parquet", out)
+    evaluator = CrossEncoderRetrievalEvaluator(out, batch_size=cfg.crag.evaluator.batch_size,
+                                               max_length=tc.max_length)
+    crag = cfg.methods.crag
+    rep = report(evaluator, data / "heldout.parquet", crag.upper, crag.lower)
+    (out / REPORT_FILE).write_text(json.dumps(rep, indent=2) + "\n")
+    summary = {"evaluator": str(out), "base_model": base, "pairs_train": data_stats["train"]["pairs"],
+               "pairs_heldout": data_stats["heldout"]["pairs"], "steps": trained.get("steps"),
+               "final_loss": trained.get("final_loss"), "resumed_from_step": trained.get("resumed_from_step"),
+               "heldout_accuracy": rep["accuracy"], "confusion": rep["confusion"],
+               "seconds": round(time.perf_counter() - start, 1)}
+    (out / STATS_FILE).write_text(json.dumps({"summary": summary, "data": data_stats, "train": trained,
+                                              "report": rep}, indent=1))
+    (out / SUCCESS).touch()
+    return summary

@@ -1,0 +1,81 @@
+"""The one Ray Train harness every training job runs through (the generator and critic stages, CRAG's
+retrieval evaluator).
+
+Shape follows Ray's ``deepspeed_finetune`` example: a job brings its settings, its data and its
+per-worker loop; the harness picks the devices, builds the ``TorchTrainer`` (scaling, run storage,
+failure and checkpoint policy), fits, turns Ray's failure into our error at this job boundary, and
+copies the exported model out of the final checkpoint. A run is named and stored under a folder of
+the job's, so a rerun with the same name and storage path resumes from its latest checkpoint (Ray
+Train restores it) instead of starting over.
+
+The loop's final checkpoint must hold the exported HF folder in `MODEL_DIR` and the `TrainState`.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from raypipe.errors import RaypipeError
+from raypipe.training.checkpoint import MODEL_DIR, TrainState
+
+if TYPE_CHECKING:
+    from ray.train import DataConfig
+
+
+class WorkerSettings(Protocol):
+    """What the harness reads of a job's training section (`TrainConfig`, `EvaluatorTrainConfig`)."""
+
+    num_workers: int
+    #: CPUs reserved per worker (on GPU nodes each worker also takes one GPU)
+    cpus_per_worker: float
+    #: `auto` = GPUs when the cluster has one per worker, else CPUs
+    device: Literal["auto", "cpu", "cuda"]
+    max_failures: int
+    keep_checkpoints: int
+
+
+def choose_gpu(settings: WorkerSettings) -> bool:
+    """Whether the workers run on GPUs: `auto` is decided from the cluster, not from the driver, which
+    often runs on a CPU-only head node."""
+    import ray
+
+    if settings.device == "auto":
+        return ray.cluster_resources().get("GPU", 0) >= settings.num_workers
+    return settings.device == "cuda"
+
+
+def fit_and_export(loop: Callable[[dict[str, Any]], None], loop_config: dict[str, Any], settings: WorkerSettings,
+                   *, use_gpu: bool, run_name: str, storage: Path, export_dir: Path, what: str,
+                   datasets: dict[str, Any] | None = None, dataset_config: DataConfig | None = None) -> TrainState:
+    """Run `loop` on `settings.num_workers` Ray Train workers as the run `run_name` under `storage`,
+    copy the exported model of the final checkpoint into `export_dir`, and return the loop's final
+    state. `what` names the run in the errors ("training stage 'sft' failed: ...")."""
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    trainer = TorchTrainer(
+        loop,
+        train_loop_config=loop_config,
+        torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
+        scaling_config=ScalingConfig(num_workers=settings.num_workers, use_gpu=use_gpu,
+                                     resources_per_worker={"CPU": settings.cpus_per_worker}),
+        run_config=RunConfig(
+            name=run_name, storage_path=str(storage),
+            failure_config=FailureConfig(max_failures=settings.max_failures),
+            checkpoint_config=CheckpointConfig(num_to_keep=settings.keep_checkpoints),
+        ),
+        datasets=datasets,
+        dataset_config=dataset_config,
+    )
+    try:
+        result = trainer.fit()
+    except Exception as exc:  # noqa: BLE001 - the job boundary: report Ray's failure as our error
+        raise RaypipeError(f"{what} failed: {exc}") from exc
+    if result.checkpoint is None:
+        raise RaypipeError(f"{what} ended without a checkpoint: {result.error}")
+    with result.checkpoint.as_directory() as folder:
+        shutil.copytree(Path(folder) / MODEL_DIR, export_dir, dirs_exist_ok=True)
+        return TrainState.load(Path(folder))
