@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import PydanticCustomError
 
 from raypipe.errors import ConfigError
+from raypipe.trajectory_format import TrajectoryProcess
 
 
 class Section(BaseModel):
@@ -238,10 +239,9 @@ class TeacherConfig(Section):
     #: requests in flight at once
     concurrency: int = Field(8, ge=1)
     timeout_s: float = Field(60.0, gt=0)
-    #: extra attempts after a 429, a 5xx, a timeout or a dropped connection
+    #: extra attempts after a 408, 409, 429, a 5xx, a timeout or a dropped connection (the openai
+    #: library's retry policy: exponential backoff, a server's Retry-After wins)
     retries: int = Field(4, ge=0)
-    #: first backoff; doubles per attempt (a server's Retry-After wins when longer)
-    backoff_s: float = Field(1.0, ge=0)
     temperature: float = 1.0
     max_tokens: int = Field(200, ge=1)
     #: JSON fields added to every request body: a server's own parameters, e.g. `{method: direct}` for
@@ -649,10 +649,6 @@ class DocumentNoise(Section):
     @property
     def perturbs(self) -> bool:
         return self.doc_order == "shuffled" or self.noise_fraction > 0
-
-
-#: the processes of a self-reasoning trajectory, in trajectory order (RAP, EAP, TAP)
-TrajectoryProcess = Literal["relevance", "evidence", "analysis"]
 
 
 class SelfReasoningSettings(MethodSettings, DocumentNoise):

@@ -26,11 +26,11 @@ from raypipe.config import (
     ServeConfig,
     TeacherConfig,
 )
-from raypipe.methods.self_reasoning.format import Doc
-from raypipe.methods.self_reasoning.generate import funnel, judge_reply
-from raypipe.methods.self_reasoning.items import TrajectoryItem
-from raypipe.methods.self_reasoning.quality import WorldChecker
-from raypipe.methods.self_reasoning.teachers import OpenAITrajectoryTeacher
+from raypipe.eval.citations import WorldChecker
+from raypipe.trajectories.dataset import funnel, judge_reply
+from raypipe.trajectories.items import TrajectoryItem
+from raypipe.trajectories.teachers import OpenAITrajectoryTeacher
+from raypipe.trajectory_format import Doc
 
 pytestmark = pytest.mark.slow
 
