@@ -76,7 +76,7 @@ COMMANDS: dict[str, Command] = {
         choices=("critic", "generator", "self_reasoning"),
     ),
     "self-reasoning data": Command(
-        "raypipe.methods.self_reasoning.generate:run_trajectories",
+        "raypipe.trajectories.dataset:run_trajectories",
         "Self-Reasoning training data: retrieve, have the teacher write RAP/EAP/TAP trajectories, parse them "
         "strictly, keep those passing quality control (Algorithm 1); prints the funnel",
         (("--questions", "trajectories.questions", int, "training questions drawn"),

@@ -1,10 +1,11 @@
-"""The one retry policy of every HTTP client in raypipe (the critic's OpenAI-compatible teacher, CRAG's
-web-search backend).
+"""The retry policy of raypipe's plain HTTP clients (CRAG's web-search backend); the OpenAI-compatible
+chat client (`raypipe.clients.openai_chat`) retries by the openai library's own policy, which this one
+mirrors.
 
-Both talk to servers that rate-limit and stall, so both must retry what can get better (rate limits,
-server trouble, timeouts, dropped connections), never retry what cannot (bad key, unknown model or
-URL), and wait longer each time without ignoring a server that says how long to wait. Keeping that in
-one place stops the clients drifting apart; what a final response *means* stays with each client.
+Web-search APIs rate-limit and stall, so a client must retry what can get better (rate limits, server
+trouble, timeouts, dropped connections), never retry what cannot (bad key, unknown URL), and wait
+longer each time without ignoring a server that says how long to wait. What a final response *means*
+stays with each client.
 """
 
 from __future__ import annotations

@@ -30,11 +30,11 @@ from typing import Any
 import pyarrow as pa
 
 from raypipe.config import RaypipeConfig
-from raypipe.critic.stable import stable_uniforms
 from raypipe.critic.teacher_requests import PassageIndex, RequestSampler, SampleResult
 from raypipe.critic.teachers import LabelRequest, Teacher, make_teacher
 from raypipe.data.io import read_records, write_jsonl, write_parquet
 from raypipe.data.segment import Segmenter
+from raypipe.data.stable_random import stable_uniforms
 from raypipe.errors import RaypipeError
 from raypipe.prompts import critic_prompt
 from raypipe.settings.teachers import LabelConfig

@@ -15,8 +15,8 @@ import logging
 from typing import Any
 
 from raypipe import tokens
-from raypipe.critic.stable import stable_uniforms
 from raypipe.critic.teachers import LabelRequest, Teacher
+from raypipe.data.stable_random import stable_uniforms
 from raypipe.errors import DataError
 from raypipe.prompts import ASPECT_LABELS, Aspect
 

@@ -172,7 +172,7 @@ def _citation_sets(cfg: RaypipeConfig, items: list[EvalItem]) -> dict[str, str]:
     """The long-form sets whose rows carry the world's ground truth (name -> file): Self-Reasoning's
     citation metrics score them. Checked before decoding, since the scores read the cited passages'
     texts from the passages table."""
-    from raypipe.methods.self_reasoning.longform import has_citation_truth
+    from raypipe.eval.longform import has_citation_truth
 
     longform = {item.set for item in items if item.task == "longform"}
     sets = {Path(p).stem: p for p in cfg.eval.eval_sets if Path(p).stem in longform and has_citation_truth(p)}
@@ -187,8 +187,8 @@ def _longform_citations(cfg: RaypipeConfig, predictions_dir: Path, variants: lis
     """set -> variant -> EM recall, citation recall and precision (Self-Reasoning's long-form metrics)."""
     if not sets:
         return {}
-    from raypipe.methods.self_reasoning.longform import longform_metrics
-    from raypipe.methods.self_reasoning.quality import make_checker
+    from raypipe.eval.citations import make_checker
+    from raypipe.eval.longform import longform_metrics
 
     checker = make_checker(cfg.trajectories.qc)
     return {name: {v.name: longform_metrics(predictions_dir / f"{v.name}.jsonl", path, cfg.retrieval.index.passages,

@@ -27,10 +27,9 @@ class TeacherConfig(Section):
     #: requests in flight at once
     concurrency: int = Field(8, ge=1)
     timeout_s: float = Field(60.0, gt=0)
-    #: extra attempts after a 429, a 5xx, a timeout or a dropped connection
+    #: extra attempts after a 408, 409, 429, a 5xx, a timeout or a dropped connection (the openai
+    #: library's retry policy: exponential backoff, a server's Retry-After wins)
     retries: int = Field(4, ge=0)
-    #: first backoff; doubles per attempt (a server's Retry-After wins when longer)
-    backoff_s: float = Field(1.0, ge=0)
     temperature: float = 1.0
     max_tokens: int = Field(200, ge=1)
     #: JSON fields added to every request body: a server's own parameters, e.g. `{method: direct}` for

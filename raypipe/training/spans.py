@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from raypipe.methods.self_reasoning.format import PROCESS_START, process_span
 from raypipe.tokens import PARAGRAPH_CLOSE, PARAGRAPH_OPEN
+from raypipe.trajectory_format import PROCESS_START, process_span
 
 Span = tuple[int, int]
 SpanFinder = Callable[[str, str], list[Span]]
@@ -84,7 +84,7 @@ def paragraph_spans(prompt: str, target: str) -> list[Span]:
 
 # --- Self-Reasoning trajectories -----------------------------------------------------------------
 # One span per process of a self-reasoning trajectory (RAP `relevance`, EAP `evidence`, TAP `analysis`);
-# the field labels and the process boundaries live in raypipe.methods.self_reasoning.format.
+# the field labels and the process boundaries live in raypipe.trajectory_format.
 
 
 def _process(process: str) -> SpanFinder:

@@ -14,8 +14,8 @@ import pytest
 
 from raypipe.config import RaypipeConfig
 from raypipe.errors import RaypipeError
-from raypipe.methods.self_reasoning.format import STAGE_MASKS, parse_trajectory, process_span
-from raypipe.methods.self_reasoning.generate import run_trajectories
+from raypipe.trajectories.dataset import run_trajectories
+from raypipe.trajectory_format import STAGE_MASKS, parse_trajectory, process_span
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -73,8 +73,8 @@ def test_a_finished_folder_is_not_redone(data_run):
 
 
 def test_eval_of_an_untrained_model_answers_every_item(data_run, world_dir, tiny_model_dir, tmp_path):
+    from raypipe.eval.longform import longform_metrics
     from raypipe.eval.runner import run_eval
-    from raypipe.methods.self_reasoning.longform import longform_metrics
 
     _, data_out, _, factory = data_run
     longform_set = data_out / "eval" / "heldout_longform.jsonl"

@@ -17,15 +17,15 @@ import httpx
 import pytest
 
 from raypipe.config import MethodsConfig, RaypipeConfig, ServeConfig
+from raypipe.eval.citations import WorldChecker
 from raypipe.methods.direct.settings import DirectSettings
-from raypipe.methods.self_reasoning.format import Doc
-from raypipe.methods.self_reasoning.generate import funnel, judge_reply
-from raypipe.methods.self_reasoning.items import TrajectoryItem
-from raypipe.methods.self_reasoning.quality import WorldChecker
-from raypipe.methods.self_reasoning.teachers import OpenAITrajectoryTeacher
 from raypipe.settings.crag_tools import CRAGConfig
 from raypipe.settings.models import EngineConfig
 from raypipe.settings.teachers import QualityConfig, TeacherConfig
+from raypipe.trajectories.dataset import funnel, judge_reply
+from raypipe.trajectories.items import TrajectoryItem
+from raypipe.trajectories.teachers import OpenAITrajectoryTeacher
+from raypipe.trajectory_format import Doc
 
 pytestmark = pytest.mark.slow
 

@@ -459,12 +459,12 @@ def test_openai_rewriter_sends_table_7s_prompt_with_the_key_and_falls_back_to_th
     monkeypatch.setenv("REWRITER_KEY", "sk-test")
     settings = CRAGSettings(rewriter="openai", rewriter_url="http://lm.local/v1/", rewriter_model="m",
                             rewriter_api_key_env="REWRITER_KEY")
-    out = OpenAIRewriter(settings, transport=httpx.MockTransport(reply)).rewrite(
+    out = OpenAIRewriter(settings, http_client=httpx.Client(transport=httpx.MockTransport(reply))).rewrite(
         ["What is Cy Orr's occupation?", "Where was Ada born?", "Who wrote Eve?"])
     assert [(r.query, r.how) for r in out] == [("Cy Orr, occupation", "rewritten"),
                                                ("Where was Ada born?", "failed"), ("Who wrote Eve?", "failed")]
     assert out[1].error.startswith("IndexError") and "401" in out[2].error
-    path, auth, body = sent[0]
+    path, auth, body = next(s for s in sent if "Cy Orr" in s[2]["messages"][0]["content"])  # sent concurrently
     assert path == "/v1/chat/completions" and auth == "Bearer sk-test"
     assert body["temperature"] == 0 and body["model"] == "m"
     assert [m["content"] for m in body["messages"]] == [rewrite_prompt("What is Cy Orr's occupation?")]

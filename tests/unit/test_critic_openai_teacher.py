@@ -72,16 +72,18 @@ class FakeChatServer:
                         server.lock.notify_all()
                         server.lock.wait_for(lambda: server.inflight >= server.gate_size
                                              or server.gate_arrived >= server.gate_total, HANG_LIMIT_S)
-                if kind == "status":
-                    self.send(action[1], b'{"error": "scripted"}')
+                if kind == "status":  # asks for a 1 ms wait, as OpenAI's servers say how long to wait
+                    self.send(action[1], b'{"error": "scripted"}', {"retry-after-ms": "1"})
                 elif kind == "garbage":
                     self.send(200, b"<html>not json</html>")
                 else:
                     self.send(200, json.dumps({"choices": [{"message": {"content": action[1]}}]}).encode())
 
-            def send(self, status: int, payload: bytes) -> None:
+            def send(self, status: int, payload: bytes, headers: dict[str, str] | None = None) -> None:
                 try:
                     self.send_response(status)
+                    for name, value in (headers or {}).items():
+                        self.send_header(name, value)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(payload)))
                     self.end_headers()
@@ -120,7 +122,7 @@ def _request(marker: str, aspect: Aspect = Aspect.IS_REL) -> LabelRequest:
 
 def _teacher(server: FakeChatServer, tmp_path, **overrides) -> OpenAITeacher:
     cfg = TeacherConfig(kind="openai", base_url=server.url, model="fake", api_key_env="RAYPIPE_TEST_KEY",
-                        timeout_s=5.0, retries=3, backoff_s=0.001, concurrency=4)
+                        timeout_s=5.0, retries=3, concurrency=4)
     cfg = cfg.model_copy(update=overrides)
     return OpenAITeacher(cfg, cache_path=tmp_path / "cache.jsonl")
 

@@ -10,7 +10,15 @@ import re
 import httpx
 import pytest
 
-from raypipe.methods.self_reasoning.format import (
+from raypipe.eval.citations import CriticChecker, SupportQuery, WorldChecker, citation_scores
+from raypipe.prompts import Aspect
+from raypipe.settings.teachers import QualityConfig, TeacherConfig, TrajectoryConfig
+from raypipe.tokens import FULLY_SUPPORTED, NO_SUPPORT, PARTIALLY_SUPPORTED
+from raypipe.trajectories.dataset import build_items, funnel, judge_reply, sample_questions
+from raypipe.trajectories.items import Question, TrajectoryItem, make_item
+from raypipe.trajectories.quality import quality_control
+from raypipe.trajectories.teachers import ERROR_KINDS, OpenAITrajectoryTeacher, OracleTeacher, Reply
+from raypipe.trajectory_format import (
     FACT_ANSWERS,
     NOT_ENOUGH_INFO,
     SUPPORT,
@@ -20,19 +28,6 @@ from raypipe.methods.self_reasoning.format import (
     format_trajectory,
     parse_trajectory,
 )
-from raypipe.methods.self_reasoning.generate import build_items, funnel, judge_reply, sample_questions
-from raypipe.methods.self_reasoning.items import Question, TrajectoryItem, make_item
-from raypipe.methods.self_reasoning.quality import (
-    CriticChecker,
-    SupportQuery,
-    WorldChecker,
-    citation_scores,
-    quality_control,
-)
-from raypipe.methods.self_reasoning.teachers import ERROR_KINDS, OpenAITrajectoryTeacher, OracleTeacher, Reply
-from raypipe.prompts import Aspect
-from raypipe.settings.teachers import QualityConfig, TeacherConfig, TrajectoryConfig
-from raypipe.tokens import FULLY_SUPPORTED, NO_SUPPORT, PARTIALLY_SUPPORTED
 
 BIRTH = Doc("p1", "Margit Wesburn", "Margit Wesburn (1628) was a Koradian painter born in Umeikar.")
 CAREER = Doc("p2", "Margit Wesburn", "She worked at the Yarski Gallery. She lived in Ambiport.")
@@ -182,7 +177,8 @@ def test_openai_teacher_sends_figure_5_caches_replies_and_resumes(tmp_path):
     cfg = TeacherConfig(kind="openai", base_url="http://teacher/v1", concurrency=1, retries=0,
                         extra_body={"method": "direct", "model": "not-this-one"})
     items = [item, TrajectoryItem(**{**item.__dict__, "id": "i1|other"})]
-    teacher = OpenAITrajectoryTeacher(cfg, tmp_path / "cache.jsonl", client=httpx.Client(transport=httpx.MockTransport(handler)))
+    teacher = OpenAITrajectoryTeacher(cfg, tmp_path / "cache.jsonl",
+                                      http_client=httpx.Client(transport=httpx.MockTransport(handler)))
     replies = teacher.teach(items)
     prompt = seen[0]["messages"][0]["content"]
     assert (seen[0]["method"], seen[0]["model"]) == ("direct", cfg.model)  # extra_body rides along, never wins
@@ -191,7 +187,7 @@ def test_openai_teacher_sends_figure_5_caches_replies_and_resumes(tmp_path):
     rows = [judge_reply(i, r, WorldChecker(), QC) for i, r in zip(items, replies, strict=True)]
     assert sorted(r["parse"] for r in rows) == ["ok", "unexpected_line"]
     again = OpenAITrajectoryTeacher(cfg, tmp_path / "cache.jsonl",
-                                    client=httpx.Client(transport=httpx.MockTransport(handler)))
+                                    http_client=httpx.Client(transport=httpx.MockTransport(handler)))
     assert [r.text for r in again.teach(items)] == [r.text for r in replies]
     assert len(seen) == 2  # nothing re-sent
 
@@ -200,7 +196,7 @@ def test_longform_metrics_score_self_reasoning_and_self_rag_predictions(tmp_path
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from raypipe.methods.self_reasoning.longform import longform_metrics
+    from raypipe.eval.longform import longform_metrics
 
     pq.write_table(pa.Table.from_pylist([d.__dict__ for d in (BIRTH, CAREER, OTHER)]), tmp_path / "p.parquet")
     truth = {"id": "l1", "instruction": "Write a short biography of Margit Wesburn.", "input": "",
@@ -240,7 +236,7 @@ def _tiny_nli(folder, entail_bias: float):
 
 
 def test_nli_checker_reads_the_entailment_class_from_the_model_labels(tmp_path):
-    from raypipe.methods.self_reasoning.quality import NLIChecker, SupportQuery
+    from raypipe.eval.citations import NLIChecker, SupportQuery
 
     item = bio_item()
     query = [SupportQuery("born in 1628", (BIRTH,), item)]

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from raypipe.methods.self_reasoning.format import (
+from raypipe.settings.training import SelfReasoningTrainConfig
+from raypipe.training.encode import IGNORE_INDEX, encode_example
+from raypipe.trajectory_format import (
     FACT_ANSWERS,
     STAGE_MASKS,
     Cite,
@@ -19,8 +21,6 @@ from raypipe.methods.self_reasoning.format import (
     parse_trajectory,
     teacher_instruction,
 )
-from raypipe.settings.training import SelfReasoningTrainConfig
-from raypipe.training.encode import IGNORE_INDEX, encode_example
 
 RAP = "Relevant: True\nRelevant Reason: documents 1 and 3 are about the film.\n"
 EAP = ("Cite content: [1] The original start date was January 2002.\nReason to cite: gives the start of filming.\n"

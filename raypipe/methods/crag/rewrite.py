@@ -13,16 +13,14 @@ fails, falls back to the raw question, and the rewrite's trace says so.
 from __future__ import annotations
 
 import logging
-import os
 import re
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import httpx
 
-from raypipe.http_retry import NoResponse, RetryPolicy
+from raypipe.clients.openai_chat import OpenAIChat, RequestFailed
 from raypipe.inference.engines.base import Engine, GenerationParams
 from raypipe.methods.crag.settings import CorrectiveSettings
 
@@ -138,37 +136,27 @@ def chat_prompt(tokenizer: Any, user: str) -> str:
 
 
 class OpenAIRewriter:
-    """Table 7's prompt to an OpenAI-compatible `/chat/completions` (temperature 0), a few requests in
-    flight, each retried by the shared HTTP policy; a failed one falls back to the raw question."""
+    """Table 7's prompt to an OpenAI-compatible `/chat/completions` (temperature 0) through the shared
+    chat client, a few requests in flight, each retried by the openai library; a failed one (no
+    reply, an error status, a body that is no chat completion) falls back to the raw question."""
 
-    def __init__(self, cfg: CorrectiveSettings, *, transport: httpx.BaseTransport | None = None,
-                 concurrency: int = 4):
+    def __init__(self, cfg: CorrectiveSettings, *, http_client: httpx.Client | None = None, concurrency: int = 4):
         assert cfg.rewriter_url
-        self.url = cfg.rewriter_url.rstrip("/") + "/chat/completions"
-        self.model = cfg.rewriter_model
-        key = os.environ.get(cfg.rewriter_api_key_env)
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self.client = httpx.Client(timeout=cfg.rewriter_timeout_s, headers=headers, transport=transport)
-        self.retry = RetryPolicy(2, 0.5)
-        self.concurrency = concurrency
+        self.chat = OpenAIChat(base_url=cfg.rewriter_url, model=cfg.rewriter_model,
+                               api_key_env=cfg.rewriter_api_key_env, settings="the query rewriter settings",
+                               timeout_s=cfg.rewriter_timeout_s, retries=2, concurrency=concurrency, temperature=0,
+                               max_tokens=REWRITE_TOKENS, http_client=http_client)
 
     def _one(self, question: str) -> Rewrite:
-        body = {"model": self.model, "temperature": 0, "max_tokens": REWRITE_TOKENS,
-                "messages": [{"role": "user", "content": rewrite_prompt(question)}]}
         try:
-            response = self.retry.send(lambda: self.client.post(self.url, json=body), what=self.url)
-            response.raise_for_status()
-            reply = response.json()["choices"][0]["message"]["content"]
-        except (NoResponse, httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
-            logger.warning("query rewriter %s failed: %s; searching with the raw question", self.url, exc)
-            return Rewrite(question, "failed", error=f"{type(exc).__name__}: {exc}")
-        return _from_reply(question, str(reply or ""))
+            return self.chat.ask([{"role": "user", "content": rewrite_prompt(question)}],
+                                 lambda reply: _from_reply(question, reply))
+        except RequestFailed as exc:
+            logger.warning("query rewriter %s failed: %s; searching with the raw question", self.chat.url, exc)
+            return Rewrite(question, "failed", error=str(exc))
 
     def rewrite(self, questions: Sequence[str]) -> list[Rewrite]:
-        if not questions:
-            return []
-        with ThreadPoolExecutor(min(self.concurrency, len(questions))) as pool:
-            return list(pool.map(self._one, questions))
+        return self.chat.fan_out(self._one, questions)
 
 
 def make_rewriter(settings: CorrectiveSettings, lm: Engine | None) -> Rewriter:

@@ -1,4 +1,3 @@
-"""Self-Reasoning (Xia et al., AAAI 2025): trajectories, teachers, quality control, the method.
-
-Kept free of imports so that `raypipe.training.spans` can read the format module cheaply.
+"""Self-Reasoning (Xia et al., AAAI 2025) decoding: the method (`method`). Its trajectory layout is
+`raypipe.trajectory_format`; its training data comes from the offline job in `raypipe.trajectories`.
 """

@@ -10,8 +10,8 @@ trace the parsed trajectory.
 - All documents irrelevant (RAP says `Relevant: False`): the model answers from internal knowledge
   in the same pass (§"Relevance-Aware Process"); the result cites nothing and the trace says
   `internal_knowledge`.
-- A trajectory that does not parse is answered from its tail (`format.answer_tail`), never an
-  exception; the trace carries `parse_error` and the method counts failures by reason
+- A trajectory that does not parse is answered from its tail (`trajectory_format.answer_tail`), never
+  an exception; the trace carries `parse_error` and the method counts failures by reason
   (`parse_failures`).
 - Fact verification: the trajectory's SUPPORT / REFUTE (Figure 6) are the eval's true / false; NOT
   ENOUGH INFO names no option.
@@ -35,7 +35,9 @@ from raypipe.methods.base import (
     search_requests,
 )
 from raypipe.methods.closed_set import Option, match_option
-from raypipe.methods.self_reasoning.format import (
+from raypipe.methods.self_reasoning.settings import SelfReasoningSettings, SelfReasoningSweeps
+from raypipe.retrieval.perturb import perturbed
+from raypipe.trajectory_format import (
     FACT_ANSWERS,
     VERDICT_OF_ANSWER,
     Doc,
@@ -45,8 +47,6 @@ from raypipe.methods.self_reasoning.format import (
     format_prompt,
     parse_trajectory,
 )
-from raypipe.methods.self_reasoning.settings import SelfReasoningSettings, SelfReasoningSweeps
-from raypipe.retrieval.perturb import perturbed
 
 logger = logging.getLogger(__name__)
 

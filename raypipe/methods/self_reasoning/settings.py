@@ -10,9 +10,7 @@ from pydantic import Field, field_validator
 from raypipe.methods.settings import MethodSettings
 from raypipe.settings.base import Section, ServerOnly
 from raypipe.settings.retrieval import DocumentNoise
-
-#: the processes of a self-reasoning trajectory, in trajectory order (RAP, EAP, TAP)
-TrajectoryProcess = Literal["relevance", "evidence", "analysis"]
+from raypipe.trajectory_format import TrajectoryProcess
 
 
 class SelfReasoningSettings(MethodSettings, DocumentNoise):

@@ -1,14 +1,9 @@
-"""The long-form eval set and its metrics (Self-Reasoning §"Evaluation Metrics", long-form QA: ASQA's
-EM recall for correctness, ALCE's citation recall and precision for citation quality).
+"""Long-form scoring (Self-Reasoning §"Evaluation Metrics", long-form QA): ASQA's EM recall for
+correctness, ALCE's citation recall and precision for citation quality (`raypipe.eval.citations`).
 
-The set asks for biographies of the world's held-out people (never in any training instance, so
-their facts are only in the passages): each row is a long-form row of `raypipe eval` (`instruction`,
-`facts`: scored there by FactScore) with `answers` = the person's fact values and the ground truth
-the citation metrics need (`sentences` with their supporting passages and facts,
-`relevant_passages`, `entity`). The world writes the same rows as its `heldout_longform` split.
-
-`longform_metrics` scores a predictions file of `raypipe eval` on that set, for any method (`raypipe
-eval` does so for every long-form set whose rows carry this ground truth: `has_citation_truth`):
+`longform_metrics` scores a predictions file of `raypipe eval` on a long-form set whose rows carry the
+world's ground truth (`has_citation_truth`: the world's `heldout_longform` split, or the set the
+trajectory job writes), for any method (`raypipe eval` does so for every such set):
 Self-Reasoning's statements are the analysis' sentences with their [n] marks (numbers mapped to the
 documents of its trace); Self-RAG's are its segments, each citing the passage it was generated from;
 a method with neither (plain RAG) has statements without citations (recall 0). Support is judged by
@@ -18,41 +13,39 @@ a `SupportChecker` (default: the world's ground truth).
 from __future__ import annotations
 
 import json
-import random
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from statistics import fmean
 from typing import Any
 
 import pyarrow.parquet as pq
 
-from raypipe.data.io import write_jsonl
-from raypipe.methods.self_reasoning.format import Doc
-from raypipe.methods.self_reasoning.items import TrajectoryItem, gold_facts
-from raypipe.methods.self_reasoning.quality import (
+from raypipe.eval.citations import (
     CitationScores,
     SupportChecker,
     WorldChecker,
     citation_scores,
-    em_recall,
+    gold_facts,
     statements,
 )
-from raypipe.settings.data import WorldConfig
+from raypipe.eval.metrics import answer_match
+from raypipe.trajectory_format import Doc
 
-LONGFORM_SET = "heldout_longform.jsonl"
+
+def em_recall(text: str, facts: Sequence[str]) -> float:
+    """ASQA's EM recall: the share of gold short answers contained in the text (normalized)."""
+    return fmean(answer_match(text, [f]) for f in facts) if facts else 0.0
 
 
-def write_longform_set(world_cfg: WorldConfig, path: str | Path, n: int, seed: int = 0) -> Path:
-    """`n` biography questions about distinct held-out people (seeded order), rows as the world's
-    own `heldout_longform` split writes them."""
-    from raypipe.data.world_entities import World
-    from raypipe.data.world_tasks import heldout_longform
+@dataclass(frozen=True)
+class LongformAnswer:
+    """One prediction as citation scoring reads it (`citations.CitedSample`): the question, the
+    documents its citation numbers point into, and the ground truth's fact values."""
 
-    world = World(world_cfg)
-    people = world.heldout_people()
-    rng = random.Random(seed)
-    rng.shuffle(people)
-    rows = [heldout_longform(world, rng, people[j], f"heldout_longform-{j:05d}") for j in range(min(n, len(people)))]
-    return write_jsonl(rows, path)
+    question: str
+    docs: list[Doc]
+    gold_facts: list[str]
 
 
 #: the fields of a long-form row the citation metrics read (the world's `heldout_longform` rows)
@@ -76,7 +69,7 @@ def _passage_texts(passages: str | Path, wanted: set[str]) -> dict[str, Doc]:
     return {r["id"]: Doc(r["id"], r["title"], r["text"]) for r in table.to_pylist() if r["id"] in wanted}
 
 
-def _scores_selfrag(segments: list[dict[str, Any]], docs: dict[str, Doc], item: TrajectoryItem,
+def _scores_selfrag(segments: list[dict[str, Any]], docs: dict[str, Doc], answer: LongformAnswer,
                     checker: SupportChecker) -> CitationScores:
     """ALCE over Self-RAG segments: a segment's sentences cite the passage it was generated from."""
     shown: list[Doc] = []
@@ -90,8 +83,7 @@ def _scores_selfrag(segments: list[dict[str, Any]], docs: dict[str, Doc], item: 
             mark = f" [{shown.index(docs[cid]) + 1}]"
         for s in statements(seg.get("text") or ""):
             text_parts.append(s.text.rstrip(".") + mark + ".")
-    view = TrajectoryItem(**{**item.__dict__, "docs": shown})
-    return citation_scores(" ".join(text_parts), view, checker)
+    return citation_scores(" ".join(text_parts), replace(answer, docs=shown), checker)
 
 
 def longform_metrics(predictions: str | Path, longform_set: str | Path, passages: str | Path,
@@ -108,23 +100,20 @@ def longform_metrics(predictions: str | Path, longform_set: str | Path, passages
     em, recall, precision = [], [], []
     for r in rows:
         gt = truth[r["id"]]
-        meta = {"entity": gt["entity"], "sentences": gt["sentences"], "relevant_passages": gt["relevant_passages"]}
+        facts = gold_facts({"sentences": gt["sentences"]})
         trace = r.get("trace") or {}
         if "documents" in trace:  # self-reasoning
             shown = [docs.get(d["id"], Doc(d["id"], d["title"], "")) for d in trace["documents"]]
             traj = trace.get("trajectory") or {}
             answer = traj.get("analysis") or r["text"]
-            item = TrajectoryItem(r["id"], r["id"], "longform", gt["instruction"], shown, False, "",
-                                  gold_facts(meta), meta)
-            scores = citation_scores(answer, item, checker)
+            scores = citation_scores(answer, LongformAnswer(gt["instruction"], shown, facts), checker)
         else:
             answer = r["text"]
-            item = TrajectoryItem(r["id"], r["id"], "longform", gt["instruction"], [], False, "", gold_facts(meta), meta)
-            scores = _scores_selfrag(trace.get("segments") or [], docs, item, checker)
+            scores = _scores_selfrag(trace.get("segments") or [], docs, LongformAnswer(gt["instruction"], [], facts),
+                                     checker)
         em.append(em_recall(answer, gt["answers"]))
         recall.append(scores.recall)
         precision.append(scores.precision)
     mean = (lambda xs: fmean(xs) if xs else None)  # noqa: E731
     return {"n": len(rows), "em_recall": mean(em), "citation_recall": mean(recall),
             "citation_precision": mean(precision)}
-

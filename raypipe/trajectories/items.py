@@ -17,12 +17,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from raypipe.errors import DataError
-from raypipe.methods.self_reasoning.format import (
-    ANSWER_OF_VERDICT,
-    NOT_ENOUGH_INFO,
-    Doc,
-    Task,
-)
+from raypipe.eval.citations import gold_facts
+from raypipe.trajectory_format import ANSWER_OF_VERDICT, NOT_ENOUGH_INFO, Doc, Task
 
 #: world dataset -> trajectory task
 TASK_OF_DATASET: dict[str, Task] = {"factual_qa": "qa", "fact_verification": "fact", "bio": "longform"}
@@ -96,14 +92,6 @@ def question_of(row: dict[str, Any]) -> Question:
     if task == "qa" and not meta.get("answer"):
         raise DataError("a QA instance needs meta.answer", row_id=row_id, field="meta")
     return Question(row_id, task, question, question, meta)
-
-
-def gold_facts(meta: dict[str, Any]) -> list[str]:
-    """The fact values of every grounded output sentence, in order, each once."""
-    seen: dict[str, None] = {}
-    for sentence in meta.get("sentences") or []:
-        seen.update(dict.fromkeys(str(f) for f in sentence.get("facts") or []))
-    return list(seen)
 
 
 def make_item(q: Question, docs: list[Doc], negative: bool, rng: random.Random | None) -> TrajectoryItem:

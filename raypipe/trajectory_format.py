@@ -1,10 +1,11 @@
 """The self-reasoning trajectory: its field labels, its text layout, its strict parser, the prompts
 that ask for it, and the character span of each process (for the gradual-training loss masks).
 
-This module is the only place the field labels are spelled: data generation writes trajectories
-with `format_trajectory`, the teacher's replies and the model's outputs are read with
-`parse_trajectory`, and the training masks (`raypipe.training.spans`: `relevance`, `evidence`,
-`analysis`) find each process with `process_span`. It imports nothing heavy (no torch, no Ray).
+This module is the only place the field labels are spelled: data generation (`raypipe.trajectories`)
+writes trajectories with `format_trajectory`, the teacher's replies and the model's outputs are read
+with `parse_trajectory`, and the training masks (`raypipe.training.spans`: `relevance`, `evidence`,
+`analysis`) find each process with `process_span`. A vocabulary like `raypipe.tokens`: it imports
+nothing above it (no settings, no torch, no Ray), so the settings, the method and the jobs all read it.
 
 Layout (Self-Reasoning, Figure 7's case study, one field per line)::
 
@@ -36,8 +37,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, get_args
 
-from raypipe.methods.self_reasoning.settings import TrajectoryProcess as Process
 from raypipe.prompts import SELFRAG_PROMPT, GeneratorPrompt
+
+#: the processes of a self-reasoning trajectory, in trajectory order (RAP, EAP, TAP); the settings
+#: (`methods.self_reasoning.processes`) name which of them a trajectory holds
+TrajectoryProcess = Literal["relevance", "evidence", "analysis"]
 
 # --- field labels (Figure 7) -------------------------------------------------------------------------
 
@@ -48,11 +52,11 @@ CITE_REASON_FIELD = "Reason to cite:"
 ANALYSIS_FIELD = "Analysis:"
 ANSWER_FIELD = "Final Answer:"
 
-#: the three processes (`Process`: relevance, evidence, analysis), in trajectory order, and the label
-#: each one starts with
+#: the three processes (relevance, evidence, analysis), in trajectory order, and the label each one
+#: starts with
 PROCESS_START: dict[str, str] = {"relevance": RELEVANT_FIELD, "evidence": CITE_FIELD, "analysis": ANALYSIS_FIELD}
 #: every process: the full trajectory (Table 2's ablations leave one out)
-ALL_PROCESSES: tuple[Process, ...] = get_args(Process)
+ALL_PROCESSES: tuple[TrajectoryProcess, ...] = get_args(TrajectoryProcess)
 #: the span kinds each gradual-training stage excludes from the loss (Self-Reasoning §"Model Training":
 #: stage 1 masks EAP and TAP, stage 2 masks TAP, stage 3 trains on everything); the prompt is always masked
 STAGE_MASKS: dict[str, list[str]] = {
@@ -125,7 +129,7 @@ def citations_in(text: str) -> list[tuple[int, ...]]:
     return [tuple(int(n) for n in m.group(1).split(",")) for m in _CITATION.finditer(text)]
 
 
-def format_trajectory(t: Trajectory, processes: Sequence[Process] = ALL_PROCESSES) -> str:
+def format_trajectory(t: Trajectory, processes: Sequence[TrajectoryProcess] = ALL_PROCESSES) -> str:
     """The trajectory as the model writes it (see the module docstring), with only the fields of
     `processes` and the final answer; `parse_trajectory` with the same `processes` inverts it."""
     lines = []
@@ -157,7 +161,7 @@ def _check_numbers(numbers: Sequence[int], n_docs: int, where: str) -> None:
 
 
 def parse_trajectory(text: str, n_docs: int, answers: Sequence[str] | None = None,
-                     processes: Sequence[Process] = ALL_PROCESSES) -> Trajectory:
+                     processes: Sequence[TrajectoryProcess] = ALL_PROCESSES) -> Trajectory:
     """The trajectory in `text`, or TrajectoryParseError. Strict: the fields of `processes` and the
     final answer in order, one per line, none empty, `Relevant` True or False, at least one cited
     snippet when relevant (with RAP and EAP both in the format), every cited number within

@@ -1,9 +1,7 @@
-"""Quality control of generated trajectories (Self-Reasoning Algorithm 1) and the citation metrics it
-uses (ALCE's citation recall and precision, Gao et al. 2023b), with a pluggable support checker.
-
-Algorithm 1, per sample: keep it if its answer is correct (program P) and, for a long-form sample,
-its citation recall ≥ δ_r and citation precision ≥ δ_p (the paper: 0.8 and 0.8). The same citation
-metrics score the method's long-form answers in eval.
+"""Citation quality: ALCE's citation recall and precision (Gao et al. 2023b) with a pluggable support
+checker. Self-Reasoning uses them twice: quality control of generated trajectories keeps a long-form
+sample only when both pass its thresholds (Algorithm 1, `raypipe.trajectories.quality`), and the
+long-form eval scores every method's answers with them (`raypipe.eval.longform`).
 
 ALCE, per statement (sentence) of the answer: recall is 1 if the statement has citations and their
 documents together support it, else 0; each citation of a supported statement is precise unless it
@@ -12,7 +10,7 @@ Sample recall = mean over statements; precision = precise citations / all citati
 sentences with NLTK and judges support with a TRUE NLI model; sentences here are split on end
 punctuation (ours) and the judge is a `SupportChecker`:
 
-- `WorldChecker`: the synthetic world's ground truth: the statement asserts the item's gold fact
+- `WorldChecker`: the synthetic world's ground truth: the statement asserts the sample's gold fact
   values it mentions, and it is supported when every one of them is stated in the documents (a
   statement that asserts no known fact is unsupported, as an NLI model would judge filler);
 - `CriticChecker`: the trained Self-RAG critic's IsSup aspect (`[Fully supported]` = support);
@@ -24,20 +22,42 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from statistics import fmean
 from typing import Any, Protocol
 
 from raypipe.errors import ConfigError
-from raypipe.eval.metrics import answer_match
-from raypipe.methods.self_reasoning.format import Doc, Trajectory, citations_in
-from raypipe.methods.self_reasoning.items import TrajectoryItem
 from raypipe.settings.teachers import QualityConfig
+from raypipe.trajectory_format import Doc, citations_in
 
 logger = logging.getLogger(__name__)
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
 _MARKS = re.compile(r"\s*\[\d+(?:\s*,\s*\d+)*\]")
+
+
+class CitedSample(Protocol):
+    """What citation scoring reads of a sample (a trajectory item of `raypipe.trajectories` is one,
+    and so is an eval answer, `raypipe.eval.longform`): the question, the documents shown to it
+    (cited by number, from 1) and the fact values a correct answer states (`gold_facts`)."""
+
+    @property
+    def question(self) -> str: ...
+
+    @property
+    def docs(self) -> Sequence[Doc]: ...
+
+    @property
+    def gold_facts(self) -> Sequence[str]: ...
+
+
+def gold_facts(meta: dict[str, Any]) -> list[str]:
+    """The fact values of every grounded output sentence of a world instance's `meta`, in order, each
+    once."""
+    seen: dict[str, None] = {}
+    for sentence in meta.get("sentences") or []:
+        seen.update(dict.fromkeys(str(f) for f in sentence.get("facts") or []))
+    return list(seen)
 
 
 @dataclass(frozen=True)
@@ -46,7 +66,7 @@ class SupportQuery:
 
     statement: str
     docs: tuple[Doc, ...]
-    item: TrajectoryItem
+    item: CitedSample
 
 
 class SupportChecker(Protocol):
@@ -164,7 +184,7 @@ class CitationScores:
     n_citations: int
 
 
-def citation_scores(answer: str, item: TrajectoryItem, checker: SupportChecker) -> CitationScores:
+def citation_scores(answer: str, item: CitedSample, checker: SupportChecker) -> CitationScores:
     """ALCE citation recall and precision of `answer` against `item.docs` (numbers 1..k); numbers
     outside the shown documents count as unsupported citations."""
     sents = statements(answer)
@@ -197,61 +217,3 @@ def citation_scores(answer: str, item: TrajectoryItem, checker: SupportChecker) 
             precise += int(alone or not rest)
     n_citations = sum(len(s.docs) for s in sents)
     return CitationScores(fmean(recall), precise / n_citations if n_citations else 0.0, len(sents), n_citations)
-
-
-# --- Algorithm 1 --------------------------------------------------------------------------------------
-
-
-def em_recall(text: str, facts: Sequence[str]) -> float:
-    """ASQA's EM recall: the share of gold short answers contained in the text (normalized)."""
-    return fmean(answer_match(text, [f]) for f in facts) if facts else 0.0
-
-
-def answer_correct(item: TrajectoryItem, t: Trajectory, cfg: QualityConfig) -> bool:
-    """Program P of Algorithm 1: QA answer match (accuracy as the paper's short-form metric), the
-    exact label for fact verification, EM recall of the gold facts ≥ `min_em_recall` for long form."""
-    if item.task == "qa":
-        return answer_match(t.answer, [item.gold])
-    if item.task == "fact":
-        return t.answer == item.gold
-    return em_recall(t.analysis, item.gold_facts) >= cfg.min_em_recall
-
-
-@dataclass
-class Verdict:
-    """Quality control's verdict on one parsed trajectory; `stage` is the funnel step it failed at
-    (None: kept)."""
-
-    answer_correct: bool
-    citation_recall: float | None = None
-    citation_precision: float | None = None
-    stage: str | None = None
-
-    @property
-    def kept(self) -> bool:
-        return self.stage is None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "kept": self.kept}
-
-
-def quality_control(item: TrajectoryItem, t: Trajectory, checker: SupportChecker, cfg: QualityConfig) -> Verdict:
-    """Algorithm 1 for one sample: answer first; long form then citation recall and precision of the
-    analysis (the long-form answer). Ours: a trajectory whose RAP judged every document irrelevant
-    answers from internal knowledge and has nothing to cite, so the citation check applies only when
-    RAP found relevant documents. With `cfg.enabled` off every sample is kept (scores still
-    reported)."""
-    correct = answer_correct(item, t, cfg)
-    verdict = Verdict(correct)
-    cited = item.task == "longform" and t.relevant
-    if cited:
-        scores = citation_scores(t.analysis, item, checker)
-        verdict.citation_recall, verdict.citation_precision = scores.recall, scores.precision
-    if not cfg.enabled:
-        return verdict
-    if not correct:
-        verdict.stage = "answer"
-    elif cited and (verdict.citation_recall < cfg.min_citation_recall
-                                      or verdict.citation_precision < cfg.min_citation_precision):
-        verdict.stage = "citation"
-    return verdict

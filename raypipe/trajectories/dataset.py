@@ -35,40 +35,33 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from raypipe.critic.stable import stable_uniforms
+from raypipe.config import RaypipeConfig
 from raypipe.data.io import read_records, write_jsonl, write_parquet
+from raypipe.data.stable_random import stable_uniforms
 from raypipe.errors import DataError, RaypipeError
-from raypipe.methods.self_reasoning.format import (
+from raypipe.eval.citations import SupportChecker, make_checker
+from raypipe.retrieval.types import Searcher
+from raypipe.settings.retrieval import RetrievalConfig
+from raypipe.settings.teachers import QualityConfig, TrajectoryConfig
+from raypipe.trajectories.items import TASK_OF_DATASET, Question, TrajectoryItem, make_item, question_of
+from raypipe.trajectories.longform import LONGFORM_SET, write_longform_set
+from raypipe.trajectories.quality import quality_control
+from raypipe.trajectories.teachers import Reply, make_teacher
+from raypipe.trajectory_format import (
     ALL_PROCESSES,
     Doc,
-    Process,
     TrajectoryParseError,
+    TrajectoryProcess,
     answers_for,
     format_documents,
     format_trajectory,
     parse_trajectory,
 )
-from raypipe.methods.self_reasoning.items import (
-    TASK_OF_DATASET,
-    Question,
-    TrajectoryItem,
-    make_item,
-    question_of,
-)
-from raypipe.methods.self_reasoning.longform import LONGFORM_SET, write_longform_set
-from raypipe.methods.self_reasoning.quality import SupportChecker, make_checker, quality_control
-from raypipe.methods.self_reasoning.teachers import Reply, make_teacher
-from raypipe.retrieval.types import Searcher
-from raypipe.settings.retrieval import RetrievalConfig
-from raypipe.settings.teachers import QualityConfig, TrajectoryConfig
-
-if TYPE_CHECKING:
-    from raypipe.config import RaypipeConfig
 
 logger = logging.getLogger(__name__)
 
@@ -135,7 +128,7 @@ def build_items(questions: list[Question], docs: dict[str, list[Doc]], cfg: Traj
 
 
 def judge_reply(item: TrajectoryItem, reply: Reply, checker: SupportChecker, qc: QualityConfig,
-                processes: Sequence[Process] = ALL_PROCESSES) -> dict[str, Any]:
+                processes: Sequence[TrajectoryProcess] = ALL_PROCESSES) -> dict[str, Any]:
     """The row for one item: the reply, its parse outcome (`ok` or the reason it was discarded), the
     training target (the trajectory written with `processes`: all three, or Table 2's ablations
     without one) and the QC verdict (for parsed replies). The teacher always writes every process:
@@ -159,7 +152,7 @@ def judge_reply(item: TrajectoryItem, reply: Reply, checker: SupportChecker, qc:
 class TeachBatch:
     """Ray Data actor: `batch["item"]` (TrajectoryItem JSON) -> one judged row per item."""
 
-    def __init__(self, cfg: TrajectoryConfig, out_dir: str, processes: Sequence[Process]):
+    def __init__(self, cfg: TrajectoryConfig, out_dir: str, processes: Sequence[TrajectoryProcess]):
         self.cfg, self.processes = cfg, processes
         self.teacher = make_teacher(cfg.teacher, Path(out_dir))
         self.checker = make_checker(cfg.qc)

@@ -6,33 +6,29 @@ with the instructions of its Figures 5 and 6).
   mistakes (a wrong answer, a citation of an irrelevant document, citations left out, half of a
   long answer left out) so that quality control has something to remove, as GPT-4's imperfect
   trajectories gave the paper's (10,000 generated, 2,000 kept).
-- `OpenAITrajectoryTeacher`: the paper's instructions on any OpenAI-compatible chat server; every
-  reply is appended to a JSON-lines cache as it arrives and a rerun skips cached ids (resumable, as
-  `raypipe label`). Replies are parsed strictly by the caller; unparseable ones are discarded and
-  counted.
+- `OpenAITrajectoryTeacher`: the paper's instructions on any OpenAI-compatible chat server, through
+  the shared chat client (`raypipe.clients.openai_chat`): every reply is appended to a JSON-lines
+  cache as it arrives and a rerun skips cached ids (resumable, as `raypipe label`). Replies are
+  parsed strictly by the job; unparseable ones are discarded and counted.
 
 A teacher returns raw reply texts (None = no reply after retries); the job parses them all alike.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import random
 import re
-import threading
 from abc import ABC, abstractmethod
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
-from raypipe.critic.stable import stable_uniforms
-from raypipe.errors import ConfigError, RaypipeError
-from raypipe.http_retry import NoResponse, RetryPolicy
-from raypipe.methods.self_reasoning.format import (
+from raypipe.clients.openai_chat import OpenAIChat, ReplyCache
+from raypipe.data.stable_random import stable_uniforms
+from raypipe.settings.teachers import TeacherConfig
+from raypipe.trajectories.items import TrajectoryItem
+from raypipe.trajectory_format import (
     NOT_ENOUGH_INFO,
     REFUTE,
     SUPPORT,
@@ -42,13 +38,9 @@ from raypipe.methods.self_reasoning.format import (
     format_trajectory,
     teacher_instruction,
 )
-from raypipe.methods.self_reasoning.items import TrajectoryItem
-from raypipe.settings.teachers import TeacherConfig
 
 logger = logging.getLogger(__name__)
 
-#: statuses that mean the configuration is wrong: every other request would fail the same way
-FATAL_STATUSES = frozenset({401, 403, 404})
 #: the oracle's deliberate mistakes
 ERROR_KINDS = ("wrong_answer", "wrong_citation", "missing_citations", "partial_answer")
 
@@ -201,104 +193,27 @@ class OracleTeacher(TrajectoryTeacher):
 # --- OpenAI-compatible -------------------------------------------------------------------------------
 
 
-class RequestFailed(Exception):
-    """No usable HTTP reply for one request (after retries, or a status that retrying cannot fix)."""
-
-
-class ReplyCache:
-    """Append-only JSON lines ``{"id", "reply"}``, flushed line by line; a torn last line is skipped."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.entries: dict[str, str] = {}
-        self._lock = threading.Lock()
-        if path.exists():
-            data = path.read_bytes()
-            if data and not data.endswith(b"\n"):
-                with path.open("ab") as f:
-                    f.write(b"\n")
-            for line in data.decode("utf-8", errors="replace").splitlines():
-                try:
-                    row = json.loads(line)
-                    self.entries[str(row["id"])] = str(row["reply"])
-                except (json.JSONDecodeError, KeyError, TypeError):
-                    logger.warning("%s: skipped an unreadable cache line (an interrupted write)", path)
-
-    def add(self, item_id: str, reply: str) -> None:
-        with self._lock:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self.path.open("a", encoding="utf-8") as f:
-                f.write(json.dumps({"id": item_id, "reply": reply}, ensure_ascii=False) + "\n")
-            self.entries[item_id] = reply
-
-
 def teacher_messages(item: TrajectoryItem) -> list[dict[str, str]]:
     """One user message: Figure 5 (QA, long form) or Figure 6 (fact verification) for this item."""
     return [{"role": "user", "content": teacher_instruction(item.task, item.question, item.docs)}]
 
 
 class OpenAITrajectoryTeacher(TrajectoryTeacher):
-    """`POST {base_url}/chat/completions` per item, `concurrency` in flight, retried with backoff on
-    429/5xx/timeouts; a 401/403/404 stops the job (every request would fail alike)."""
+    """One chat request per item through `OpenAIChat` (`concurrency` in flight, retried by the openai
+    library); a 401/403/404 stops the job (every request would fail alike). Replies are cached as rows
+    ``{"id", "reply"}``."""
 
-    def __init__(self, cfg: TeacherConfig, cache_path: Path, client: httpx.Client | None = None):
-        if not cfg.base_url:
-            raise ConfigError("trajectories.teacher.base_url is required when trajectories.teacher.kind is 'openai'")
-        self.cfg = cfg
-        self.url = cfg.base_url.rstrip("/") + "/chat/completions"
-        self.retry = RetryPolicy(cfg.retries, cfg.backoff_s, jitter=random.random)
-        self.cache = ReplyCache(cache_path)
+    def __init__(self, cfg: TeacherConfig, cache_path: Path, http_client: httpx.Client | None = None):
+        self.chat = OpenAIChat.for_teacher(cfg, "trajectories.teacher", http_client)
+        self.cache = ReplyCache(cache_path, value="reply")
         self.failed = 0
-        headers = {"Content-Type": "application/json"}
-        if api_key := os.environ.get(cfg.api_key_env):
-            headers["Authorization"] = f"Bearer {api_key}"
-        self.client = client or httpx.Client(
-            headers=headers, timeout=cfg.timeout_s,
-            limits=httpx.Limits(max_connections=cfg.concurrency, max_keepalive_connections=cfg.concurrency))
 
     def close(self) -> None:
-        self.client.close()
-
-    def _post(self, item: TrajectoryItem) -> str:
-        payload = {**self.cfg.extra_body, "model": self.cfg.model, "messages": teacher_messages(item),
-                   "temperature": self.cfg.temperature, "max_tokens": self.cfg.max_tokens}
-        try:
-            response = self.retry.send(lambda: self.client.post(self.url, json=payload), what=f"item {item.id}")
-        except NoResponse as exc:
-            raise RequestFailed(str(exc)) from exc
-        if response.status_code == 200:
-            try:
-                content = response.json()["choices"][0]["message"]["content"]
-            except (ValueError, KeyError, IndexError, TypeError):
-                content = None
-            return content if isinstance(content, str) else ""
-        problem = f"HTTP {response.status_code}: {response.text[:200]}"
-        if response.status_code in FATAL_STATUSES:
-            raise RaypipeError(f"teacher at {self.url} answered {problem}; check trajectories.teacher")
-        raise RequestFailed(problem)
-
-    def _one(self, item: TrajectoryItem) -> None:
-        self.cache.add(item.id, self._post(item))
+        self.chat.close()
 
     def teach(self, items: list[TrajectoryItem]) -> list[Reply]:
-        todo = list({i.id: i for i in items if i.id not in self.cache.entries}.values())
-        errors: list[str] = []
-        with ThreadPoolExecutor(max_workers=self.cfg.concurrency) as pool:
-            futures = [pool.submit(self._one, item) for item in todo]
-            try:
-                for future in as_completed(futures):
-                    try:
-                        future.result()
-                    except RequestFailed as exc:
-                        errors.append(str(exc))
-            except RaypipeError:
-                for f in futures:
-                    f.cancel()
-                raise
-        if todo and len(errors) == len(todo):
-            raise RaypipeError(f"teacher at {self.url}: all {len(todo)} requests failed; last error: {errors[-1]}")
-        if errors:
-            logger.warning("%d teacher requests failed (a rerun retries them); last error: %s", len(errors), errors[-1])
+        errors = self.chat.ask_all([(i.id, teacher_messages(i)) for i in items], lambda reply: {"reply": reply},
+                                   self.cache, what="teacher requests")
         self.failed += len(errors)
         return [Reply(self.cache.entries.get(i.id)) for i in items]
 
