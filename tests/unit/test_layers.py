@@ -1,0 +1,80 @@
+"""The package layers of ARCHITECTURE.md §2 hold: imports run only downward, and no method imports Ray.
+
+Read from the source with `ast`, so a new upward import fails here before it closes a cycle at run
+time. Imports under `if TYPE_CHECKING:` are annotations only (a job entry typed with the composed
+`RaypipeConfig`) and are not counted.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "raypipe"
+
+#: top-level module or package -> layer; a lower layer never imports a higher one
+LAYERS: dict[str, int] = {
+    **dict.fromkeys(["errors", "tokens", "prompts", "trajectory_format", "settings", "logs", "http_retry"], 0),
+    **dict.fromkeys(["data", "models", "inference", "retrieval", "clients", "runtime", "reaper"], 1),
+    "methods": 2,
+    **dict.fromkeys(["config", "critic", "augment", "training", "evaluator_training", "trajectories", "eval",
+                     "serving", "cli", "demo"], 3),
+}
+
+
+def _module_name(path: Path) -> str:
+    return ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
+
+
+def _runtime_imports(tree: ast.Module) -> list[tuple[str, int]]:
+    """(imported module, line) for every import that runs, i.e. not under `if TYPE_CHECKING:`."""
+    typing_only = {id(n) for node in ast.walk(tree)
+                   if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING"
+                   for stmt in node.body for n in ast.walk(stmt)}
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = ([f"raypipe.{a.name}" for a in node.names] if node.module == "raypipe" else [node.module])
+            found += [(n, node.lineno) for n in names]
+        elif isinstance(node, ast.Import):
+            found += [(a.name, node.lineno) for a in node.names]
+    return found
+
+
+def _layer(module: str) -> int:
+    top = module.split(".")[1]
+    if top not in LAYERS:
+        pytest.fail(f"{module}: raypipe.{top} has no layer; add it to LAYERS and ARCHITECTURE.md §2")
+    return LAYERS[top]
+
+
+def _sources() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if p.name != "__init__.py" or p.parent != PACKAGE)
+
+
+def test_imports_run_only_downward():
+    upward = []
+    for path in _sources():
+        me = _module_name(path)
+        for target, line in _runtime_imports(ast.parse(path.read_text(encoding="utf-8"))):
+            if target.startswith("raypipe.") and _layer(target) > _layer(me):
+                upward.append(f"{me} (layer {_layer(me)}) imports {target} (layer {_layer(target)}), line {line}")
+    assert not upward, "\n".join(upward)
+
+
+def test_methods_import_no_ray():
+    offenders = [f"{_module_name(p)} line {line}" for p in (PACKAGE / "methods").rglob("*.py")
+                 for target, line in _runtime_imports(ast.parse(p.read_text(encoding="utf-8")))
+                 if target == "ray" or target.startswith("ray.")]
+    assert not offenders, offenders
+
+
+def test_checker_sees_an_upward_import():
+    """The walk must find a plain import and skip a TYPE_CHECKING one (else the tests above prove nothing)."""
+    tree = ast.parse("from typing import TYPE_CHECKING\nfrom raypipe.eval import runner\n"
+                     "if TYPE_CHECKING:\n    from raypipe.config import RaypipeConfig\n")
+    assert _runtime_imports(tree) == [("typing", 1), ("raypipe.eval", 2)]
