@@ -14,15 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, create_model, field_validator, model_validator
 
-from raypipe.methods import MethodName
-from raypipe.methods.crag.settings import CRAGSettings, CRAGSweeps
-from raypipe.methods.direct.settings import DirectSettings
-from raypipe.methods.rag.settings import RAGSettings
-from raypipe.methods.self_reasoning.settings import SelfReasoningSettings, SelfReasoningSweeps
-from raypipe.methods.selfcrag.settings import SelfCRAGSettings
-from raypipe.methods.selfrag.settings import SelfRAGSettings, SelfRAGSweeps
+from raypipe.methods import REGISTRY, MethodName
 from raypipe.settings.augment import AugmentConfig
 from raypipe.settings.base import Section
 from raypipe.settings.cluster import RayConfig
@@ -35,25 +29,15 @@ from raypipe.settings.retrieval import DocumentNoise, RetrievalConfig
 from raypipe.settings.teachers import LabelConfig, TrajectoryConfig
 from raypipe.settings.training import TrainingConfig
 
+#: one section per registered method (raypipe.methods.REGISTRY): its default settings in eval and serving
+MethodsConfig = create_model("MethodsConfig", __base__=Section, __doc__=(
+    "One section per decoding method (raypipe.methods.REGISTRY): its default settings in eval and serving."),
+    **{name: (m.settings, m.settings()) for name, m in REGISTRY.items()})
 
-class MethodsConfig(Section):
-    """One section per decoding method (raypipe.methods): its default settings in eval and serving."""
-
-    selfrag: SelfRAGSettings = SelfRAGSettings()
-    crag: CRAGSettings = CRAGSettings()
-    rag: RAGSettings = RAGSettings()
-    direct: DirectSettings = DirectSettings()
-    selfcrag: SelfCRAGSettings = SelfCRAGSettings()
-    self_reasoning: SelfReasoningSettings = SelfReasoningSettings()
-
-
-class SweepsConfig(Section):
-    """Each method's eval sweeps (the method declares what it sweeps: `Method.variants`)."""
-
-    selfrag: SelfRAGSweeps = SelfRAGSweeps()
-    crag: CRAGSweeps = CRAGSweeps()
-    selfcrag: CRAGSweeps = CRAGSweeps()
-    self_reasoning: SelfReasoningSweeps = SelfReasoningSweeps()
+#: each method's eval sweeps, for the methods that sweep (the method declares what: `Method.variants`)
+SweepsConfig = create_model("SweepsConfig", __base__=Section, __doc__=(
+    "Each method's eval sweeps (the method declares what it sweeps: `Method.variants`)."),
+    **{name: (m.sweeps, m.sweeps()) for name, m in REGISTRY.items() if m.sweeps is not None})
 
 
 class RobustnessConfig(Section):
@@ -203,7 +187,7 @@ MOVED_KEYS = {
     "decode.engine": "engine.kind",
     "decode.engine_batch_size": "engine.batch_size",
     "decode.gpu_memory_utilization": "engine.gpu_memory_utilization",
-    **{f"decode.{k}": f"methods.selfrag.{k}" for k in SelfRAGSettings.model_fields},
+    **{f"decode.{k}": f"methods.selfrag.{k}" for k in REGISTRY["selfrag"].settings.model_fields},
     "eval.modes": "eval.sweeps.selfrag.modes",
     "eval.threshold_sweep": "eval.sweeps.selfrag.threshold",
     "eval.is_sup_weight_sweep": "eval.sweeps.selfrag.is_sup_weight",
