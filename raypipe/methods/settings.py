@@ -16,7 +16,7 @@ class MethodSettings(Section):
 
 
 class PlainGeneratorSettings(MethodSettings):
-    """A plain generator (raypipe.methods.crag.generate): the instruct LM through its chat template
+    """A plain generator (raypipe.methods.plain_generator): the instruct LM through its chat template
     (`lm`) or the Self-RAG generator (`engine`), one greedy answer of `max_new_tokens` at most."""
 
     generator: Literal["lm", "engine"] = Field("lm", description="the instruct LM or the Self-RAG generator")
