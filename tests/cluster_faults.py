@@ -614,7 +614,7 @@ def serve_node_kill(cluster: NetnsCluster, model: Path, retrieval: RetrievalConf
                            **{NODE_FAULT_TOKEN_ENV: token})
     namespaces = {i: cluster.ns(i) for i in cluster.nodes}
     try:
-        client = cluster.popen(0, [PY, __file__, "serve-node-kill", f"http://{cluster.ip(0)}:{NODE_FAULT_PORT}",
+        client = cluster.popen(0, [PY, "-m", "tests.cluster_faults", "serve-node-kill", f"http://{cluster.ip(0)}:{NODE_FAULT_PORT}",
                                    json.dumps(namespaces), str(out)], client_log, **{NODE_FAULT_TOKEN_ENV: token})
         try:
             finish(client, client_log)
