@@ -7,7 +7,7 @@
 # then the project under constraints.txt (which keeps that pin), then the Makefile's extra steps;
 # tests/integration/test_cluster_manifests.py checks that the two agree. The GPU extra lets vLLM choose
 # its own CUDA torch (it pins one), so that build skips the CPU pin and its constraints.
-# Nothing is fetched from a model hub at run time: mount model folders and data (README, "On a cluster").
+# Nothing is fetched from a model hub at run time: mount model folders and data (docs/cluster.md).
 
 ARG PYTHON_VERSION=3.11
 FROM python:${PYTHON_VERSION}-slim

@@ -166,9 +166,9 @@ def _images(doc) -> list[str]:
 
 
 def _readme_image_tags() -> dict[str, str]:
-    """`docker build ... -t TAG .` lines in the Dockerfile's header and README: build-arg -> tag."""
+    """`docker build ... -t TAG .` lines in the Dockerfile's header and docs/cluster.md: build-arg -> tag."""
     tags = {}
-    for text in ((ROOT / "Dockerfile").read_text(), (ROOT / "README.md").read_text()):
+    for text in ((ROOT / "Dockerfile").read_text(), (ROOT / "docs" / "cluster.md").read_text()):
         for m in re.finditer(r"docker build(?P<args>[^\n]*?)-t (?P<tag>\S+) \.", text):
             tags["gpu" if "RAYPIPE_EXTRA=gpu" in m.group("args") else "cpu"] = m.group("tag")
     return tags

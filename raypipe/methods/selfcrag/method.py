@@ -11,7 +11,7 @@ passages retrieved once for x). By default (`knowledge_passages: per_source`) ea
 strips are a passage of their own, under its title: Self-RAG's beam reads and critiques them one at a
 time, as its generator was trained to; with `joined` the knowledge is one passage, k = internal +
 external (Algorithm 1, line 12; Table 6: Self-CRAG reads fewer passages than Self-RAG's K), which a
-Self-RAG generator reads worse (measured: README, "CRAG, RAG and Self-CRAG"). No knowledge at all
+Self-RAG generator reads worse (measured: docs/results/crag.md). No knowledge at all
 (Incorrect with web search off, every strip filtered) means Self-RAG continues without a passage.
 """
 

@@ -19,6 +19,6 @@ class SelfCRAGSettings(SelfRAGSettings, CorrectiveSettings):
     #: or web page) is replaced by its kept strips, in order, under its title: the form Self-RAG's
     #: generator was trained to read and critique one at a time. "joined": one passage, k = internal +
     #: external (Algorithm 1, line 12, which feeds a plain generator). Measured on the demo's world and
-    #: generator (50 held-out questions per set, README): per_source 50 / 36 / 18% on QA / fact / MC,
+    #: generator (50 held-out questions per set, docs/results/crag.md): per_source 50 / 36 / 18% on QA / fact / MC,
     #: joined 24 / 36 / 22%, Self-RAG itself 42 / 34 / 18%
     knowledge_passages: ServerOnly[Literal["joined", "per_source"]] = "per_source"
