@@ -32,7 +32,7 @@ from collections import Counter
 from pathlib import Path
 
 from benchmarks._common import timer, write_result
-from raypipe.retrieval.keyword import KeywordSearcher
+from tests.keyword_searcher import KeywordSearcher
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 logger = logging.getLogger("benchmarks.crag")

@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks._common import timer, write_result
-from raypipe.retrieval.keyword import KeywordSearcher
+from tests.keyword_searcher import KeywordSearcher
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 logger = logging.getLogger("benchmarks.self_reasoning")

@@ -74,7 +74,7 @@ def keyword_searcher(world_dir):
 
     import pyarrow.parquet as pq
 
-    from raypipe.retrieval.keyword import KeywordSearcher
+    from tests.keyword_searcher import KeywordSearcher
 
     return functools.partial(KeywordSearcher, pq.read_table(world_dir / "passages").to_pylist())
 

@@ -10,7 +10,7 @@ import pytest
 
 from raypipe.config import RaypipeConfig
 from raypipe.eval.runner import run_eval
-from raypipe.retrieval.keyword import KeywordSearcher
+from tests.keyword_searcher import KeywordSearcher
 
 pytestmark = pytest.mark.slow
 
