@@ -35,7 +35,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Protocol, get_args
 
 from raypipe.prompts import SELFRAG_PROMPT, GeneratorPrompt
 
@@ -280,21 +280,27 @@ def process_span(process: str, target: str) -> tuple[int, int] | None:
 Task = Literal["qa", "fact", "longform"]
 
 
-@dataclass(frozen=True)
-class Doc:
-    """A document as shown: its passage id (never shown), title and text."""
+class ShownDocument(Protocol):
+    """What a document shown to the model needs: its passage id (never shown), title and text.
+    `raypipe.retrieval.types.Passage`, the one passage type, satisfies it; the format names a protocol
+    rather than importing the type because vocabularies sit below retrieval in the layers."""
 
-    id: str
-    title: str
-    text: str
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def title(self) -> str: ...
+
+    @property
+    def text(self) -> str: ...
 
 
-def format_documents(docs: Sequence[Doc]) -> str:
+def format_documents(docs: Sequence[ShownDocument]) -> str:
     """`[n] title\\ntext` blocks, numbered from 1 in the order given (Figure 5's "Reference Evidence")."""
     return "\n".join(f"[{i}] {d.title}\n{d.text}" for i, d in enumerate(docs, start=1))
 
 
-def format_prompt(question: str, docs: Sequence[Doc], prompt: GeneratorPrompt = SELFRAG_PROMPT) -> str:
+def format_prompt(question: str, docs: Sequence[ShownDocument], prompt: GeneratorPrompt = SELFRAG_PROMPT) -> str:
     """The student's prompt: the question as the instruction and the numbered documents as the input,
     in the model's prompt format (`raypipe.prompts.GeneratorPrompt`: the Alpaca layout, or an instruct
     model's chat template). Ours: the paper does not print the fine-tuned model's prompt."""
@@ -341,7 +347,7 @@ OUTPUT_FORMAT_NOTE = (
     f"then\n{ANALYSIS_FIELD} ... with citations like [1] or [1,3]\n{ANSWER_FIELD} ...\n")
 
 
-def teacher_instruction(task: Task, question: str, docs: Sequence[Doc]) -> str:
+def teacher_instruction(task: Task, question: str, docs: Sequence[ShownDocument]) -> str:
     """The teacher's instruction for one item: Figure 6 for fact verification (the claim in place of
     {{CLAIM}}), Figure 5 otherwise, plus the output-format note."""
     head = _TEACHER_HEAD.format(documents="\n".join(f"[{i}] {d.title}: {d.text}" for i, d in enumerate(docs, 1)))

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from raypipe.errors import ConfigError
 from raypipe.settings.teachers import QualityConfig
-from raypipe.trajectory_format import Doc, citations_in
+from raypipe.trajectory_format import ShownDocument, citations_in
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class CitedSample(Protocol):
     def question(self) -> str: ...
 
     @property
-    def docs(self) -> Sequence[Doc]: ...
+    def docs(self) -> Sequence[ShownDocument]: ...
 
     @property
     def gold_facts(self) -> Sequence[str]: ...
@@ -65,7 +65,7 @@ class SupportQuery:
     """Does `docs` support `statement`? `item` carries the question's ground truth (world checker)."""
 
     statement: str
-    docs: tuple[Doc, ...]
+    docs: tuple[ShownDocument, ...]
     item: CitedSample
 
 
@@ -191,7 +191,7 @@ def citation_scores(answer: str, item: CitedSample, checker: SupportChecker) -> 
     if not sents:
         return CitationScores(0.0, 0.0, 0, 0)
 
-    def docs_of(numbers: Sequence[int]) -> tuple[Doc, ...]:
+    def docs_of(numbers: Sequence[int]) -> tuple[ShownDocument, ...]:
         return tuple(item.docs[n - 1] for n in numbers if 1 <= n <= len(item.docs))
 
     joint = checker.supports([SupportQuery(s.text, docs_of(s.docs), item) for s in sents if s.docs])

@@ -30,7 +30,7 @@ from raypipe.eval.citations import (
     statements,
 )
 from raypipe.eval.metrics import answer_match
-from raypipe.trajectory_format import Doc
+from raypipe.retrieval.types import Passage
 
 
 def em_recall(text: str, facts: Sequence[str]) -> float:
@@ -44,7 +44,7 @@ class LongformAnswer:
     documents its citation numbers point into, and the ground truth's fact values."""
 
     question: str
-    docs: list[Doc]
+    docs: list[Passage]
     gold_facts: list[str]
 
 
@@ -64,15 +64,16 @@ def has_citation_truth(eval_set: str | Path) -> bool:
     return isinstance(row, dict) and all(k in row for k in TRUTH_FIELDS)
 
 
-def _passage_texts(passages: str | Path, wanted: set[str]) -> dict[str, Doc]:
+def _passage_texts(passages: str | Path, wanted: set[str]) -> dict[str, Passage]:
+    """The `wanted` passages of the passage file, by id. Looked up, not searched: score 0."""
     table = pq.read_table(passages, columns=["id", "title", "text"])
-    return {r["id"]: Doc(r["id"], r["title"], r["text"]) for r in table.to_pylist() if r["id"] in wanted}
+    return {r["id"]: Passage(r["id"], r["title"], r["text"], 0.0) for r in table.to_pylist() if r["id"] in wanted}
 
 
-def _scores_selfrag(segments: list[dict[str, Any]], docs: dict[str, Doc], answer: LongformAnswer,
+def _scores_selfrag(segments: list[dict[str, Any]], docs: dict[str, Passage], answer: LongformAnswer,
                     checker: SupportChecker) -> CitationScores:
     """ALCE over Self-RAG segments: a segment's sentences cite the passage it was generated from."""
-    shown: list[Doc] = []
+    shown: list[Passage] = []
     text_parts = []
     for seg in segments:
         cid = (seg.get("citation") or {}).get("passage_id")
@@ -103,7 +104,7 @@ def longform_metrics(predictions: str | Path, longform_set: str | Path, passages
         facts = gold_facts({"sentences": gt["sentences"]})
         trace = r.get("trace") or {}
         if "documents" in trace:  # self-reasoning
-            shown = [docs.get(d["id"], Doc(d["id"], d["title"], "")) for d in trace["documents"]]
+            shown = [docs.get(d["id"], Passage(d["id"], d["title"], "", 0.0)) for d in trace["documents"]]
             traj = trace.get("trajectory") or {}
             answer = traj.get("analysis") or r["text"]
             scores = citation_scores(answer, LongformAnswer(gt["instruction"], shown, facts), checker)

@@ -45,7 +45,7 @@ from raypipe.data.io import read_records, write_jsonl, write_parquet
 from raypipe.data.stable_random import stable_uniforms
 from raypipe.errors import DataError, RaypipeError
 from raypipe.eval.citations import SupportChecker, make_checker
-from raypipe.retrieval.types import Searcher
+from raypipe.retrieval.types import Passage, Searcher
 from raypipe.settings.retrieval import RetrievalConfig
 from raypipe.settings.teachers import QualityConfig, TrajectoryConfig
 from raypipe.trajectories.items import TASK_OF_DATASET, Question, TrajectoryItem, make_item, question_of
@@ -54,7 +54,6 @@ from raypipe.trajectories.quality import quality_control
 from raypipe.trajectories.teachers import Reply, make_teacher
 from raypipe.trajectory_format import (
     ALL_PROCESSES,
-    Doc,
     TrajectoryParseError,
     TrajectoryProcess,
     answers_for,
@@ -96,7 +95,7 @@ def sample_questions(rows: list[dict[str, Any]], cfg: TrajectoryConfig) -> tuple
 
 
 class RetrieveBatch:
-    """Ray Data actor: `batch["query"]` -> `docs` (JSON list of {id, title, text}), the top-K."""
+    """Ray Data actor: `batch["query"]` -> `docs` (JSON list of passages, `Passage.as_dict`), the top-K."""
 
     def __init__(self, retrieval: RetrievalConfig, searcher_factory: SearcherFactory | None = None):
         from raypipe.retrieval import load_retriever
@@ -106,11 +105,11 @@ class RetrieveBatch:
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[str]]:
         hits = self.searcher.search([str(q) for q in batch["query"]], self.top_k)
-        docs = [json.dumps([{"id": h.id, "title": h.title, "text": h.text} for h in found]) for found in hits]
+        docs = [json.dumps([h.as_dict() for h in found]) for found in hits]
         return {"id": [str(i) for i in batch["id"]], "docs": docs}
 
 
-def build_items(questions: list[Question], docs: dict[str, list[Doc]], cfg: TrajectoryConfig) -> list[TrajectoryItem]:
+def build_items(questions: list[Question], docs: dict[str, list[Passage]], cfg: TrajectoryConfig) -> list[TrajectoryItem]:
     """Positives for every question with documents, negatives for a seeded `negative_fraction` of them
     (the documents of another random question, §"Data Generation"), documents shuffled (seeded)."""
     rng = random.Random(cfg.seed)
@@ -229,7 +228,7 @@ def run_trajectories(cfg: RaypipeConfig, searcher_factory: SearcherFactory | Non
     retrieved = ray.data.from_items([{"id": q.instance_id, "query": q.query} for q in questions]).map_batches(
         RetrieveBatch, fn_constructor_kwargs={"retrieval": cfg.retrieval, "searcher_factory": searcher_factory},
         compute=ray.data.ActorPoolStrategy(size=tc.actors), batch_size=tc.batch_size, num_cpus=tc.actor_cpus)
-    docs = {r["id"]: [Doc(**d) for d in json.loads(r["docs"])] for r in retrieved.iter_rows()}
+    docs = {r["id"]: [Passage(**d) for d in json.loads(r["docs"])] for r in retrieved.iter_rows()}
     items = build_items(questions, docs, tc)
     teacher = tc.teacher
     judged = ray.data.from_items([{"item": i.to_json()} for i in items]).map_batches(

@@ -18,7 +18,8 @@ from typing import Any
 
 from raypipe.errors import DataError
 from raypipe.eval.citations import gold_facts
-from raypipe.trajectory_format import ANSWER_OF_VERDICT, NOT_ENOUGH_INFO, Doc, Task
+from raypipe.retrieval.types import Passage
+from raypipe.trajectory_format import ANSWER_OF_VERDICT, NOT_ENOUGH_INFO, Task
 
 #: world dataset -> trajectory task
 TASK_OF_DATASET: dict[str, Task] = {"factual_qa": "qa", "fact_verification": "fact", "bio": "longform"}
@@ -45,7 +46,7 @@ class TrajectoryItem:
     instance_id: str
     task: Task
     question: str
-    docs: list[Doc]
+    docs: list[Passage]
     negative: bool
     gold: str
     gold_facts: list[str]
@@ -66,7 +67,7 @@ class TrajectoryItem:
     @classmethod
     def from_json(cls, text: str) -> TrajectoryItem:
         data = json.loads(text)
-        return cls(**{**data, "docs": [Doc(**d) for d in data["docs"]]})
+        return cls(**{**data, "docs": [Passage(**d) for d in data["docs"]]})
 
 
 def question_of(row: dict[str, Any]) -> Question:
@@ -94,7 +95,7 @@ def question_of(row: dict[str, Any]) -> Question:
     return Question(row_id, task, question, question, meta)
 
 
-def make_item(q: Question, docs: list[Doc], negative: bool, rng: random.Random | None) -> TrajectoryItem:
+def make_item(q: Question, docs: list[Passage], negative: bool, rng: random.Random | None) -> TrajectoryItem:
     """The item for `q` shown `docs` (shuffled with `rng` when given)."""
     docs = list(docs)
     if rng is not None:

@@ -19,13 +19,13 @@ import pytest
 from raypipe.config import MethodsConfig, RaypipeConfig, ServeConfig
 from raypipe.eval.citations import WorldChecker
 from raypipe.methods.direct.settings import DirectSettings
+from raypipe.retrieval.types import Passage
 from raypipe.settings.crag_tools import CRAGConfig
 from raypipe.settings.models import EngineConfig
 from raypipe.settings.teachers import QualityConfig, TeacherConfig
 from raypipe.trajectories.dataset import funnel, judge_reply
 from raypipe.trajectories.items import TrajectoryItem
 from raypipe.trajectories.teachers import OpenAITrajectoryTeacher
-from raypipe.trajectory_format import Doc
 
 pytestmark = pytest.mark.slow
 
@@ -75,8 +75,8 @@ def test_the_served_instruct_lm_answers_a_plain_question(url, smollm2_dir):
 
 
 def test_the_trajectory_teacher_runs_against_raypipes_own_server(url, tmp_path):
-    docs = [Doc("p1", "Margit Wesburn", "Margit Wesburn (1628) was a painter born in Umeikar."),
-            Doc("p2", "Umeikar", "Umeikar is a river town.")]
+    docs = [Passage("p1", "Margit Wesburn", "Margit Wesburn (1628) was a painter born in Umeikar.", 1.0),
+            Passage("p2", "Umeikar", "Umeikar is a river town.", 1.0)]
     items = [TrajectoryItem("qa-1", "qa-1", "qa", "Where was Margit Wesburn born?", docs, False, "Umeikar",
                             ["Umeikar"]),
              TrajectoryItem("fact-1", "fact-1", "fact", "Margit Wesburn was born in 1628.", docs, False, "SUPPORT",

@@ -12,6 +12,7 @@ import pytest
 
 from raypipe.eval.citations import CriticChecker, SupportQuery, WorldChecker, citation_scores
 from raypipe.prompts import Aspect
+from raypipe.retrieval.types import Passage
 from raypipe.settings.teachers import QualityConfig, TeacherConfig, TrajectoryConfig
 from raypipe.tokens import FULLY_SUPPORTED, NO_SUPPORT, PARTIALLY_SUPPORTED
 from raypipe.trajectories.dataset import build_items, funnel, judge_reply, sample_questions
@@ -23,15 +24,14 @@ from raypipe.trajectory_format import (
     NOT_ENOUGH_INFO,
     SUPPORT,
     Cite,
-    Doc,
     Trajectory,
     format_trajectory,
     parse_trajectory,
 )
 
-BIRTH = Doc("p1", "Margit Wesburn", "Margit Wesburn (1628) was a Koradian painter born in Umeikar.")
-CAREER = Doc("p2", "Margit Wesburn", "She worked at the Yarski Gallery. She lived in Ambiport.")
-OTHER = Doc("p9", "Dora Yarby", "Dora Yarby (1823) was a Helavian film director.")
+BIRTH = Passage("p1", "Margit Wesburn", "Margit Wesburn (1628) was a Koradian painter born in Umeikar.", 1.0)
+CAREER = Passage("p2", "Margit Wesburn", "She worked at the Yarski Gallery. She lived in Ambiport.", 1.0)
+OTHER = Passage("p9", "Dora Yarby", "Dora Yarby (1823) was a Helavian film director.", 1.0)
 BIO_META = {
     "entity": "Margit Wesburn", "relevant_passages": ["p1", "p2"],
     "sentences": [
@@ -145,7 +145,7 @@ def test_a_reply_that_does_not_parse_is_discarded_and_counted():
 def test_negatives_borrow_another_questions_documents():
     questions = [Question(f"i{n}", "qa", f"q{n}?", f"q{n}", {**QA_META, "relevant_passages": [f"p{n}"]})
                  for n in range(6)]
-    docs = {f"i{n}": [Doc(f"p{n}", "t", f"text {n}")] for n in range(6)}
+    docs = {f"i{n}": [Passage(f"p{n}", "t", f"text {n}", 1.0)] for n in range(6)}
     items = build_items(questions, docs, TrajectoryConfig(negative_fraction=1.0, questions=6))
     negatives = [i for i in items if i.negative]
     assert len(items) == 12 and len(negatives) == 6

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
+from raypipe.retrieval.types import Passage
 from raypipe.settings.training import SelfReasoningTrainConfig
 from raypipe.training.encode import IGNORE_INDEX, encode_example
 from raypipe.trajectory_format import (
     FACT_ANSWERS,
     STAGE_MASKS,
     Cite,
-    Doc,
     Trajectory,
     TrajectoryParseError,
     answer_tail,
@@ -99,7 +99,7 @@ def test_answer_tail_of_a_broken_trajectory():
 def test_each_gradual_stage_puts_exactly_its_processes_in_the_loss(stage, kept):
     """Stage 1 learns RAP only, stage 2 RAP and EAP, stage 3 everything (Self-Reasoning §"Model
     Training"); the prompt is never in the loss, and EOS only when TAP is."""
-    prompt = format_prompt("When was it made?", [Doc("p1", "Film", "Made in 2002.")])
+    prompt = format_prompt("When was it made?", [Passage("p1", "Film", "Made in 2002.", 1.0)])
     enc = encode_example(prompt, TEXT, CharTokenizer(), STAGE_MASKS[stage], max_length=4096)
     eos = CharTokenizer.eos_token_id
     in_loss = "".join(chr(t) for t in enc.labels if t not in (IGNORE_INDEX, eos))
@@ -117,7 +117,7 @@ def test_default_gradual_stages_follow_the_paper():
 
 
 def test_prompts_number_documents_from_one():
-    docs = [Doc("p7", "Alpha", "first text"), Doc("p2", "Beta", "second text")]
+    docs = [Passage("p7", "Alpha", "first text", 1.0), Passage("p2", "Beta", "second text", 1.0)]
     assert format_prompt("Q?", docs) == ("### Instruction:\nQ?\n\n### Input:\n[1] Alpha\nfirst text\n"
                                          "[2] Beta\nsecond text\n\n### Response:\n")
     fact = teacher_instruction("fact", "X was born in 1700.", docs)
@@ -155,7 +155,7 @@ def test_without_rap_an_uncited_trajectory_answers_from_internal_knowledge():
 @pytest.mark.parametrize(("stage", "kept"), [("rap", RAP), ("rap_eap", RAP + EAP), ("all", RAP + EAP + ANSWER)])
 def test_without_tap_the_last_stage_adds_the_final_answer(stage, kept):
     """w/o TAP: the answer line is TAP's place in the trajectory, so stage 2 does not train it."""
-    prompt = format_prompt("When was it made?", [Doc("p1", "Film", "Made in 2002.")])
+    prompt = format_prompt("When was it made?", [Passage("p1", "Film", "Made in 2002.", 1.0)])
     enc = encode_example(prompt, RAP + EAP + ANSWER, CharTokenizer(), STAGE_MASKS[stage], max_length=4096)
     in_loss = "".join(chr(t) for t in enc.labels if t not in (IGNORE_INDEX, CharTokenizer.eos_token_id))
     assert in_loss == kept

@@ -37,10 +37,10 @@ from raypipe.methods.base import (
 from raypipe.methods.closed_set import Option, match_option
 from raypipe.methods.self_reasoning.settings import SelfReasoningSettings, SelfReasoningSweeps
 from raypipe.retrieval.perturb import perturbed
+from raypipe.retrieval.types import Passage
 from raypipe.trajectory_format import (
     FACT_ANSWERS,
     VERDICT_OF_ANSWER,
-    Doc,
     Trajectory,
     TrajectoryParseError,
     answer_tail,
@@ -92,14 +92,13 @@ class SelfReasoning(Method[SelfReasoningSettings]):
             return []
         searcher = perturbed(self.toolkit.get("retriever", self.name), settings)
         found = search_requests(searcher, requests, top_k)
-        docs = [[Doc(p.id, p.title, p.text) for p in hits] for hits in found]
-        prompts = [format_prompt(question_of(r), d, self.engine.prompt) for r, d in zip(requests, docs, strict=True)]
+        prompts = [format_prompt(question_of(r), d, self.engine.prompt) for r, d in zip(requests, found, strict=True)]
         params = GenerationParams(max_new_tokens=settings.max_new_tokens, return_probs=False)
         generations = self.engine.generate(prompts, params)
         return [self._result(r, d, g.text, g.finish_reason, settings)
-                for r, d, g in zip(requests, docs, generations, strict=True)]
+                for r, d, g in zip(requests, found, generations, strict=True)]
 
-    def _result(self, request: MethodRequest, docs: list[Doc], raw: str, finish: str,
+    def _result(self, request: MethodRequest, docs: Sequence[Passage], raw: str, finish: str,
                 settings: SelfReasoningSettings) -> MethodResult:
         self.decoded += 1
         trace: dict[str, Any] = {"raw": raw, "finish_reason": finish,
