@@ -95,7 +95,8 @@ def _is_verdict(options: tuple[Option, ...]) -> bool:
 
 
 def option_of(answer: str, options: tuple[Option, ...]) -> str | None:
-    """The option a short answer names: SUPPORT / REFUTE as true / false, else the closed-set matcher."""
+    """The option a short answer names: a Figure 6 answer as its verdict (`VERDICT_OF_ANSWER`), else
+    the closed-set matcher."""
     verdict = VERDICT_OF_ANSWER.get(answer.strip().upper())
     if verdict is not None and verdict in {o.label for o in options}:
         return verdict
