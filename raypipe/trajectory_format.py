@@ -65,11 +65,16 @@ STAGE_MASKS: dict[str, list[str]] = {
     "all": ["prompt"],
 }
 
-#: fact-verification answers (Figure 6) and the eval verdicts they mean
+#: fact-verification answers (Figure 6)
 SUPPORT, REFUTE, NOT_ENOUGH_INFO = "SUPPORT", "REFUTE", "NOT ENOUGH INFO"
 FACT_ANSWERS = (SUPPORT, REFUTE, NOT_ENOUGH_INFO)
-VERDICT_OF_ANSWER = {SUPPORT: "true", REFUTE: "false"}
-ANSWER_OF_VERDICT = {v: k for k, v in VERDICT_OF_ANSWER.items()}
+#: a labelled claim's answer when its evidence is shown (the data job; NOT ENOUGH INFO otherwise)
+ANSWER_OF_VERDICT = {"true": SUPPORT, "false": REFUTE}
+#: the verdict each answer means on a true/false eval set ("Is the following statement correct or
+#: not? Say true if it's correct; otherwise say false."). Ours: NOT ENOUGH INFO is "false", since a
+#: claim the evidence cannot support is not shown correct; training keeps the three answers of
+#: Figure 6 where the data means them (a negative's borrowed documents, a missed retrieval)
+VERDICT_OF_ANSWER = {SUPPORT: "true", REFUTE: "false", NOT_ENOUGH_INFO: "false"}
 
 _CITATION = re.compile(r"\[(\d+(?:\s*,\s*\d+)*)\]")
 _LEADING_CITATION = re.compile(r"\s*\[(\d+(?:\s*,\s*\d+)*)\]\s*")
@@ -220,10 +225,10 @@ def parse_trajectory(text: str, n_docs: int, answers: Sequence[str] | None = Non
 
 
 def answer_tail(text: str) -> str:
-    """The best guess at the answer of a trajectory that does not parse: the text after the last
-    `Final Answer:` (up to its line end), else the last non-empty line with any field label and
-    citation marks removed."""
-    at = text.rfind(ANSWER_FIELD)
+    """The best guess at the answer of a trajectory that does not parse: the text after the first
+    `Final Answer:` (up to its line end; what follows it is the text decoding should not have
+    written), else the last non-empty line with any field label and citation marks removed."""
+    at = text.find(ANSWER_FIELD)
     if at >= 0:
         tail = text[at + len(ANSWER_FIELD):].strip().splitlines()
         if tail and tail[0].strip():
@@ -300,6 +305,13 @@ def format_documents(docs: Sequence[ShownDocument]) -> str:
     return "\n".join(f"[{i}] {d.title}\n{d.text}" for i, d in enumerate(docs, start=1))
 
 
+def task_question(task: Task, question: str) -> str:
+    """What the student is asked: the question, or for fact verification Figure 6's task sentence and
+    the claim, as the teacher is asked (the training rows' instruction and decoding's alike, so a
+    claim is never mistaken for a question)."""
+    return f"{FACT_TASK}\n\n{question}" if task == "fact" else question
+
+
 def format_prompt(question: str, docs: Sequence[ShownDocument], prompt: GeneratorPrompt = SELFRAG_PROMPT) -> str:
     """The student's prompt: the question as the instruction and the numbered documents as the input,
     in the model's prompt format (`raypipe.prompts.GeneratorPrompt`: the Alpaca layout, or an instruct
@@ -337,9 +349,10 @@ _FACT_REQUIREMENTS = (
     "and analysis of this content, how this paragraph can answer the question.\n"
     "5. Put the long answer content in the **analysis** field, and put the short answer (SUPPORT/REFUTE/NOT "
     "ENOUGH INFO) in the **answer** field.\n")
-_FACT_QUESTION = ("You should check whether the given claim is supported or refuted by above the evidence. If "
-                  "supported, output SUPPORT, if controversial, output REFUTE; if the evidence provided is not "
-                  "enough to make a decision or the provided evidence is irrelevant, output NOT ENOUGH INFO.\n\n")
+#: Figure 6's question: the fact-verification task, before the claim (teacher and student alike)
+FACT_TASK = ("You should check whether the given claim is supported or refuted by above the evidence. If "
+             "supported, output SUPPORT, if controversial, output REFUTE; if the evidence provided is not "
+             "enough to make a decision or the provided evidence is irrelevant, output NOT ENOUGH INFO.")
 OUTPUT_FORMAT_NOTE = (
     "\n# Output format\nWrite exactly these lines and nothing else, one field per line:\n"
     f"{RELEVANT_FIELD} True or False\n{RELEVANT_REASON_FIELD} ...\n"
@@ -352,7 +365,7 @@ def teacher_instruction(task: Task, question: str, docs: Sequence[ShownDocument]
     {{CLAIM}}), Figure 5 otherwise, plus the output-format note."""
     head = _TEACHER_HEAD.format(documents="\n".join(f"[{i}] {d.title}: {d.text}" for i, d in enumerate(docs, 1)))
     if task == "fact":
-        body = _FACT_REQUIREMENTS + "\n# Question\n" + _FACT_QUESTION + question + "\n"
+        body = _FACT_REQUIREMENTS + "\n# Question\n" + task_question(task, question) + "\n"
     else:
         body = _QA_REQUIREMENTS + "\n# Question\n" + question + "\n"
     return head + body + OUTPUT_FORMAT_NOTE

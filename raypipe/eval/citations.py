@@ -103,8 +103,8 @@ class CriticChecker:
         return cls(make_predictor(path), supported)
 
     def supports(self, queries: Sequence[SupportQuery]) -> list[bool]:
-        """No documents (every citation out of range) is no support, as for the other checkers; the
-        critic judges the rest in one batch."""
+        """No documents is no support, as for the other checkers; the critic judges the rest in one
+        batch."""
         from raypipe.prompts import Aspect, CriticExample
 
         asked = [q for q in queries if q.docs]
@@ -185,18 +185,21 @@ class CitationScores:
 
 
 def citation_scores(answer: str, item: CitedSample, checker: SupportChecker) -> CitationScores:
-    """ALCE citation recall and precision of `answer` against `item.docs` (numbers 1..k); numbers
-    outside the shown documents count as unsupported citations."""
+    """ALCE citation recall and precision of `answer` against `item.docs` (numbers 1..k). ALCE's rule
+    for a number outside the shown documents (`compute_autoais`): its statement is unsupported without
+    being judged, and none of its citations counts in precision's denominator."""
     sents = statements(answer)
     if not sents:
         return CitationScores(0.0, 0.0, 0, 0)
 
     def docs_of(numbers: Sequence[int]) -> tuple[ShownDocument, ...]:
-        return tuple(item.docs[n - 1] for n in numbers if 1 <= n <= len(item.docs))
+        return tuple(item.docs[n - 1] for n in numbers)
 
-    joint = checker.supports([SupportQuery(s.text, docs_of(s.docs), item) for s in sents if s.docs])
+    judged = [bool(s.docs) and all(1 <= n <= len(item.docs) for n in s.docs) for s in sents]
+    joint = checker.supports([SupportQuery(s.text, docs_of(s.docs), item) for s, j in zip(sents, judged, strict=True)
+                              if j])
     supported = iter(joint)
-    recall = [next(supported) if s.docs else False for s in sents]
+    recall = [next(supported) if j else False for j in judged]
     # redundancy checks, only for supported statements with more than one citation (as ALCE)
     queries: list[SupportQuery] = []
     for s, ok in zip(sents, recall, strict=True):
@@ -215,5 +218,5 @@ def citation_scores(answer: str, item: CitedSample, checker: SupportChecker) -> 
         for _ in s.docs:
             alone, rest = next(answers), next(answers)
             precise += int(alone or not rest)
-    n_citations = sum(len(s.docs) for s in sents)
+    n_citations = sum(len(s.docs) for s, j in zip(sents, judged, strict=True) if j)
     return CitationScores(fmean(recall), precise / n_citations if n_citations else 0.0, len(sents), n_citations)

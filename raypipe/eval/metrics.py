@@ -14,7 +14,10 @@ from one that answers wrongly. Long-form generation (biographies, CRAG's Bio): F
 world's ground truth (raypipe.eval.factscore), not accuracy. CRAG-family methods (crag, selfcrag)
 also count their actions and their failed web searches (CRAG §4.3, §4.5): a web search that failed
 after its retries degrades the request to internal knowledge, and the count says how often that
-happened, so an accuracy is never read without it.
+happened, so an accuracy is never read without it. Self-Reasoning counts its trajectories that parse
+(`trajectory_parse_rate`) and, by cause, those that do not (`parse_failures`: the token cap, in a
+loop or not, trailing text, a missing field, ...), since an unparsed trajectory is answered from its
+tail and its accuracy means less.
 """
 
 from __future__ import annotations
@@ -92,6 +95,10 @@ class Scored:
     action: str | None = None
     #: ... and whether its web search failed after its retries (None: no web search was made)
     web_failed: bool | None = None
+    #: Self-Reasoning: whether the trajectory parsed (None: another method)
+    parsed: bool | None = None
+    #: ... and why it did not (None: it parsed, or another method)
+    parse_cause: str | None = None
 
 
 def judge(task: str, golds: tuple[str, ...], choices: dict[str, str], result: dict[str, Any],
@@ -126,8 +133,10 @@ def judge(task: str, golds: tuple[str, ...], choices: dict[str, str], result: di
     sup = [s["scores"]["is_sup"] for s in segments if s.get("citation") and "is_sup" in s.get("scores", {})]
     crag = trace.get("crag") or {}
     searched = crag.get("web") is not None or crag.get("web_error") is not None
+    parsed = trace["trajectory"] is not None if "trajectory" in trace else None
+    cause = None if parsed is not False else trace.get("parse_cause") or trace.get("parse_reason")
     return Scored(correct, exact, bool(result["retrieved"]), fmean(sup) if sup else None, no_option, fact_score,
-                  crag.get("action"), bool(crag.get("web_error")) if searched else None)
+                  crag.get("action"), bool(crag.get("web_error")) if searched else None, parsed, cause)
 
 
 def summarize(scored: list[Scored]) -> dict[str, Any]:
@@ -135,10 +144,12 @@ def summarize(scored: list[Scored]) -> dict[str, Any]:
     all `n`, the mean s_IsSup of outputs that used passages (the support the IsSup weight buys, cf. the
     paper's Figure 3b), no_option, over the closed-set items, and factscore, over the long-form
     items (None if there are none); for CRAG-family methods, the count of each action and of web
-    searches made and failed (`crag`; None for other methods)."""
+    searches made and failed (`crag`; None for other methods); for Self-Reasoning, the share of
+    trajectories that parse and the others counted by cause (None for other methods)."""
     if not scored:
         return {"n": 0, "judged": 0, "accuracy": None, "exact_match": None, "retrieval_frequency": None,
-                "is_sup": None, "no_option": None, "factscore": None, "crag": None}
+                "is_sup": None, "no_option": None, "factscore": None, "crag": None,
+                "trajectory_parse_rate": None, "parse_failures": None}
     judged = [s for s in scored if s.correct is not None]
     sup = [s.is_sup for s in scored if s.is_sup is not None]
     closed = [s.no_option for s in scored if s.no_option is not None]
@@ -147,6 +158,8 @@ def summarize(scored: list[Scored]) -> dict[str, Any]:
     actions = Counter(s.action for s in scored if s.action is not None)
     crag = {"actions": dict(sorted(actions.items())), "web_searches": len(searches),
             "web_failures": sum(searches)} if actions or searches else None
+    trajectories = [s for s in scored if s.parsed is not None]
+    causes = Counter(s.parse_cause or "unknown" for s in trajectories if not s.parsed)
     return {
         "n": len(scored),
         "judged": len(judged),
@@ -157,4 +170,6 @@ def summarize(scored: list[Scored]) -> dict[str, Any]:
         "no_option": fmean(closed) if closed else None,
         "factscore": fmean(facts) if facts else None,
         "crag": crag,
+        "trajectory_parse_rate": fmean(bool(s.parsed) for s in trajectories) if trajectories else None,
+        "parse_failures": dict(sorted(causes.items())) if trajectories else None,
     }

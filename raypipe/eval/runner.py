@@ -8,7 +8,8 @@ Outputs in `eval.out_dir`:
   rerun decodes only variants whose inputs changed;
 - metrics.json: `accuracy`, `exact_match`, `retrieval_frequency` and `factscore` keyed by headline
   variant (Self-RAG's never, adaptive, always; other methods by name; pooled over all sets), `per_set`
-  and `overall` for every variant, the sweeps, `robustness` when `eval.robustness.enabled`, and
+  and `overall` for every variant (Self-Reasoning's with `trajectory_parse_rate` and `parse_failures`
+  by cause), the sweeps, `robustness` when `eval.robustness.enabled`, and
   `longform` (per long-form set with the world's ground truth, per variant: EM recall and ALCE
   citation recall and precision, judged by `trajectories.qc`'s support checker);
 - threshold_sweep.png (paper Fig. 3c) and is_sup_weight_sweep.png (Fig. 3b); robustness.png (CRAG
@@ -271,6 +272,8 @@ def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None
         if robustness["curves"]:
             plots["robustness"] = str(plot_robustness(robustness, out / ROBUSTNESS_PLOT))
     longform = _longform_citations(cfg, predictions_dir, variants, citation_sets)
+    parsing = {v: {"rate": round(m["trajectory_parse_rate"], 3), "failures": m["parse_failures"]}
+               for v, m in overall.items() if m["trajectory_parse_rate"] is not None}
     metrics = {
         "generator": cfg.eval.generator,
         "methods": cfg.eval.methods,
@@ -297,6 +300,7 @@ def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None
         **({"citation recall / precision": {f"{name} {v}": _pair(m["citation_recall"], m["citation_precision"])
                                             for name, by_variant in longform.items() for v, m in by_variant.items()}}
            if longform else {}),
+        **({"trajectory parse rate (failures by cause)": parsing} if parsing else {}),
         "variants decoded": len(decode),
         "variants reused": len(variants) - len(decode),  # finished before, or the same as one decoded
         "plots": ", ".join(plots.values()) or "none",

@@ -14,7 +14,8 @@ quality control (Self-Reasoning §"Data Generation and Quality Control", Algorit
 
 Layout under `trajectories.out_dir`::
 
-    train/part-00000.parquet   id, instance_id, task, negative, prompt, target (kept trajectories)
+    train/part-00000.parquet   id, instance_id, task, negative, instruction, input, target (kept
+                               trajectories; a claim's instruction carries Figure 6's task sentence)
     trajectories.jsonl         every item: docs, reply, parse outcome, QC verdict
     stats.json                 the funnel
     eval/heldout_longform.jsonl  the long-form eval set (biographies of held-out people)
@@ -54,12 +55,14 @@ from raypipe.trajectories.quality import quality_control
 from raypipe.trajectories.teachers import Reply, make_teacher
 from raypipe.trajectory_format import (
     ALL_PROCESSES,
+    FACT_TASK,
     TrajectoryParseError,
     TrajectoryProcess,
     answers_for,
     format_documents,
     format_trajectory,
     parse_trajectory,
+    task_question,
 )
 
 logger = logging.getLogger(__name__)
@@ -182,14 +185,20 @@ def funnel(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "discarded": dict(Counter(r["parse"] for r in rows if r["parse"] != "ok"))}
 
 
+def training_row(item: TrajectoryItem, target: str) -> dict[str, Any]:
+    """One training row: the student's question (`task_question`: a claim with Figure 6's task
+    sentence) as the instruction, the numbered documents as the input, the trajectory as the target;
+    the trainer writes the prompt in the base model's format, as decoding does
+    (`trajectory_format.format_prompt`)."""
+    return {"id": item.id, "instance_id": item.instance_id, "task": item.task, "negative": item.negative,
+            "instruction": task_question(item.task, item.question), "input": format_documents(item.docs),
+            "target": target}
+
+
 def _kept_rows(rows: list[dict[str, Any]], cfg: TrajectoryConfig) -> list[dict[str, Any]]:
     kept = [r for r in rows if r["verdict"] and json.loads(r["verdict"])["kept"]]
     kept.sort(key=lambda r: stable_uniforms(f"{cfg.seed}|sr-keep|{r['id']}")[0])
-    out = []
-    for r in kept[: cfg.max_kept]:
-        item = TrajectoryItem.from_json(r["item"])
-        out.append({"id": item.id, "instance_id": item.instance_id, "task": item.task, "negative": item.negative,
-                    "instruction": item.question, "input": format_documents(item.docs), "target": r["target"]})
+    out = [training_row(TrajectoryItem.from_json(r["item"]), r["target"]) for r in kept[: cfg.max_kept]]
     return sorted(out, key=lambda r: r["id"])
 
 
@@ -210,6 +219,9 @@ def run_trajectories(cfg: RaypipeConfig, searcher_factory: SearcherFactory | Non
             raise RaypipeError(f"{out} holds trajectories written with processes {written}, not "
                                f"methods.self_reasoning.processes {processes}: set trajectories.out_dir to another "
                                "folder, or delete this one to regenerate")
+        if done.get("fact_task") != FACT_TASK:
+            raise RaypipeError(f"{out} holds training rows whose fact prompts lack Figure 6's task sentence, which "
+                               "decoding asks with: delete this folder to regenerate")
         logger.info("%s is complete (_SUCCESS); delete it to regenerate", out)
         return {**done, "skipped": True}
     unknown = sorted(set(tc.datasets) - set(TASK_OF_DATASET))
@@ -245,7 +257,7 @@ def run_trajectories(cfg: RaypipeConfig, searcher_factory: SearcherFactory | Non
     flow = funnel(rows)
     flow["overall"]["kept"] = len(kept)
     stats = {"out_dir": str(out), "teacher": teacher.kind, "error_rate": teacher.error_rate if teacher.kind == "oracle"
-             else None, "checker": tc.qc.checker, "processes": processes,
+             else None, "checker": tc.qc.checker, "processes": processes, "fact_task": FACT_TASK,
              "questions": len(questions),
              "no_documents": len(questions) - sum(bool(docs.get(q.instance_id)) for q in questions),
              "items": len(items), "negatives": sum(i.negative for i in items), "funnel": flow,

@@ -1,4 +1,5 @@
-"""The HF engine: exact group probabilities, batching that changes nothing, stop rules."""
+"""The HF engine: exact group probabilities, batching that changes nothing, stop rules (a stop token,
+the `stop_line` rule a row at a time), the frequency penalty."""
 
 from __future__ import annotations
 
@@ -112,3 +113,70 @@ def test_decoding_uses_the_installed_transformers_cache_keyword_without_a_warnin
         warnings.simplefilter("error")  # any deprecation on the engine's forward calls fails the test
         engine.generate(PROMPTS, GenerationParams(max_new_tokens=3, return_probs=True))
         engine.next_token_probs(PROMPTS[:2], (RELEVANT,))
+
+
+def _scripted(engine: HFEngine, scripts: dict[int, list[int]], filler: int):
+    """Make the model write scripted tokens: the token at each absolute position is looked up in
+    `scripts` (prompt length -> the tokens a prompt of that length writes), `filler` elsewhere. Rows
+    are told apart by their prompt lengths (position ids count from each row's first real token)."""
+    table = {length + i: token for length, tokens in scripts.items() for i, token in enumerate(tokens)}
+
+    def force(module, args, kwargs, output):
+        forced = torch.full_like(output.logits[:, -1], -1e4)
+        for b, position in enumerate((kwargs["position_ids"][:, -1] + 1).tolist()):
+            forced[b, table.get(position, filler)] = 0.0
+        output.logits[:, -1] = forced
+
+    return engine.model.register_forward_hook(force, with_kwargs=True)
+
+
+def test_stop_line_ends_each_row_after_its_first_answer_line_and_the_others_go_on(tiny_model_dir):
+    engine = HFEngine(tiny_model_dir, batch_size=4, device="cpu")
+    tok = engine.tokenizer
+    prompts = ["one", "one " * 40, "one " * 80]
+    lengths = [len(tok(p, add_special_tokens=True)["input_ids"]) for p in prompts]
+    assert lengths[1] >= lengths[0] + 40 and lengths[2] >= lengths[1] + 40  # the scripts' positions never overlap
+    texts = ["Relevant: True\nFinal Answer: 42\nFinal Answer: 43\nmore text", "Relevant: False\nAnalysis: no answer here",
+             "Final Answer: 7"]
+    scripts = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    scripts[2] = scripts[2] + [tok.eos_token_id]
+    filler = tok(" x", add_special_tokens=False)["input_ids"][0]
+    hook = _scripted(engine, dict(zip(lengths, scripts, strict=True)), filler)
+    try:
+        params = GenerationParams(max_new_tokens=30, stop_line="Final Answer:", return_probs=False)
+        first, other, ended = engine.generate(prompts, params)
+        other_alone = engine.generate([prompts[1]], GenerationParams(max_new_tokens=30, return_probs=False))[0]
+    finally:
+        hook.remove()
+    assert (first.text, first.finish_reason) == ("Relevant: True\nFinal Answer: 42\n", "stop")
+    assert first.token_ids == scripts[0][:len(first.token_ids)]
+    # the row without an answer line runs to the cap, token for token as it does alone without the rule
+    assert (other.token_ids, other.finish_reason) == (other_alone.token_ids, "length") and len(other.token_ids) == 30
+    assert other.text.startswith(texts[1])
+    # EOS before the answer line's newline: the model's own end
+    assert (ended.text, ended.finish_reason) == ("Final Answer: 7", "eos")
+
+
+def test_frequency_penalty_breaks_a_greedy_repeat_and_off_changes_nothing(tiny_model_dir):
+    """Logits x = 1.0 and y = 0.55 at every step (the rest far below): greedy repeats x for ever; with
+    a penalty of 0.2 per earlier use, x falls to 0.4 after three uses and y wins, then they alternate
+    as their counts grow (0.2 vs 0.35: y; 0.2 vs 0.15: x). Log-probs stay those of the raw logits."""
+    engine = HFEngine(tiny_model_dir, device="cpu")
+    x, y = 5, 6
+    assert not {x, y} & engine.eos
+
+    def fixed(module, args, kwargs, output):
+        forced = torch.full_like(output.logits[:, -1], -1e4)
+        forced[:, x], forced[:, y] = 1.0, 0.55
+        output.logits[:, -1] = forced
+
+    hook = engine.model.register_forward_hook(fixed, with_kwargs=True)
+    try:
+        off = engine.generate([PROMPTS[0]], GenerationParams(max_new_tokens=8))[0]
+        on = engine.generate([PROMPTS[0]], GenerationParams(max_new_tokens=8, frequency_penalty=0.2))[0]
+    finally:
+        hook.remove()
+    assert off.token_ids == [x] * 8
+    assert on.token_ids == [x, x, x, y, x, y, x, y]
+    raw = torch.log_softmax(torch.tensor([1.0, 0.55], dtype=torch.float64), -1).tolist()
+    assert on.token_logprobs[2:4] == pytest.approx(raw, abs=1e-4)

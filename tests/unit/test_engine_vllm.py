@@ -45,3 +45,17 @@ def test_next_group_probs_agree(engines):
     for a, b in zip(hf.next_group_probs(PROMPTS, Group.RETRIEVE), vllm.next_group_probs(PROMPTS, Group.RETRIEVE),
                     strict=True):
         assert list(a.values()) == pytest.approx(list(b.values()), abs=1e-3)
+
+
+def test_stop_line_and_frequency_penalty_agree(engines):
+    """vLLM runs the `stop_line` rule in two passes (stop at the label, then at the newline, the first
+    pass's penalty carried as a logit bias): the same tokens as the HF loop, which runs it in one. The
+    label is a piece of the HF engine's own output, so the second pass is taken."""
+    hf, vllm = engines
+    free = hf.generate(PROMPTS, GenerationParams(max_new_tokens=24, frequency_penalty=0.3, return_probs=False))
+    label = free[0].text[4:9]
+    assert label.strip()
+    params = GenerationParams(max_new_tokens=24, stop_line=label, frequency_penalty=0.3, return_probs=False)
+    for a, b in zip(hf.generate(PROMPTS, params), vllm.generate(PROMPTS, params), strict=True):
+        assert a.token_ids == b.token_ids
+        assert (a.text, a.finish_reason) == (b.text, b.finish_reason)

@@ -59,7 +59,8 @@ def test_summarize_fractions():
     scored = [Scored(True, True, True, 1.0), Scored(True, False, False, None),
               Scored(False, False, True, 0.5), Scored(False, False, False, None)]
     assert summarize(scored) == {"n": 4, "judged": 4, "accuracy": 0.5, "exact_match": 0.25, "retrieval_frequency": 0.5,
-                                 "is_sup": 0.75, "no_option": None, "factscore": None, "crag": None}
+                                 "is_sup": 0.75, "no_option": None, "factscore": None, "crag": None,
+                                 "trajectory_parse_rate": None, "parse_failures": None}
     closed = [Scored(False, False, False, None, no_option=True), Scored(True, True, False, None, no_option=False),
               Scored(False, False, False, None, no_option=False), Scored(True, True, True, None)]
     assert summarize(closed)["no_option"] == pytest.approx(1 / 3)  # over the three closed-set items
@@ -93,3 +94,15 @@ def test_judge_instruction_and_unjudged_creative():
     assert (summary["n"], summary["judged"], summary["accuracy"], summary["retrieval_frequency"]) == (
         3, 2, 0.5, pytest.approx(2 / 3))
     assert summarize([creative])["accuracy"] is None
+
+
+def test_self_reasoning_parse_rate_and_failures_by_cause():
+    def sr(trajectory, cause=None):
+        trace = {"raw": "...", "trajectory": trajectory, **({"parse_cause": cause} if cause else {})}
+        return judge("qa", ("1815",), {}, {"text": "1815", "option": None, "retrieved": True, "trace": trace})
+
+    scored = [sr({"answer": "1815"}), sr(None, "loop"), sr(None, "loop"), sr(None, "trailing_text")]
+    assert (scored[0].parsed, scored[0].parse_cause, scored[1].parse_cause) == (True, None, "loop")
+    summary = summarize([*scored, judge("qa", ("1815",), {}, _result("1815"))])  # another method: not counted
+    assert summary["trajectory_parse_rate"] == 0.25
+    assert summary["parse_failures"] == {"loop": 2, "trailing_text": 1}

@@ -15,7 +15,14 @@ from raypipe.prompts import Aspect
 from raypipe.retrieval.types import Passage
 from raypipe.settings.teachers import QualityConfig, TeacherConfig, TrajectoryConfig
 from raypipe.tokens import FULLY_SUPPORTED, NO_SUPPORT, PARTIALLY_SUPPORTED
-from raypipe.trajectories.dataset import build_items, funnel, judge_reply, sample_questions
+from raypipe.trajectories.dataset import (
+    build_items,
+    funnel,
+    judge_reply,
+    run_trajectories,
+    sample_questions,
+    training_row,
+)
 from raypipe.trajectories.items import Question, TrajectoryItem, make_item
 from raypipe.trajectories.quality import quality_control
 from raypipe.trajectories.teachers import ERROR_KINDS, OpenAITrajectoryTeacher, OracleTeacher, Reply
@@ -311,3 +318,57 @@ def test_alce_citation_scores_with_the_critic_checker():
     # (Margit Wesburn, in) partially is, so it is no longer redundant
     lenient = citation_scores(answer, item, CriticChecker(WordOverlapCritic(), [FULLY_SUPPORTED, PARTIALLY_SUPPORTED]))
     assert (lenient.recall, lenient.precision) == pytest.approx((4 / 5, 5 / 6))
+
+
+def test_alce_out_of_range_citation_makes_its_statement_unsupported_and_leaves_precision():
+    """ALCE (compute_autoais): [9] of 5 documents makes its statement unsupported without judging it,
+    and its citations leave precision's denominator: recall 1/2, precision 1/1."""
+    class Everything:
+        def __init__(self):
+            self.asked = []
+
+        def supports(self, queries):
+            self.asked += [q.statement for q in queries]
+            return [bool(q.docs) for q in queries]
+
+    item = bio_item(docs=[BIRTH, CAREER, OTHER, BIRTH, CAREER])
+    checker = Everything()
+    scores = citation_scores("X has alpha [1][9]. X has beta [2].", item, checker)
+    assert (scores.recall, scores.precision, scores.n_statements, scores.n_citations) == (0.5, 1.0, 2, 1)
+    assert checker.asked == ["X has beta."]
+
+
+def test_the_fact_prompt_is_the_same_in_a_training_row_and_in_decoding():
+    """The claim with Figure 6's task sentence, in the training row's instruction and in the prompt
+    decoding writes for the eval item of the same claim over the same documents."""
+    from raypipe.eval.datasets import EvalItem
+    from raypipe.methods.base import Toolkit
+    from raypipe.methods.self_reasoning.method import SelfReasoning
+    from raypipe.methods.self_reasoning.settings import SelfReasoningSettings
+    from raypipe.prompts import SELFRAG_PROMPT
+    from raypipe.retrieval.types import Passage
+    from raypipe.training.encode import row_prompt_target
+    from raypipe.trajectory_format import FACT_TASK
+    from tests.unit.test_self_reasoning_method import FakeSearcher, ScriptedEngine
+
+    claim = "Margit Wesburn was Koradian."
+    item = make_item(Question("f1", "fact", claim, claim, FACT_META), [CAREER, BIRTH], negative=False, rng=None)
+    row = training_row(item, "Relevant: False\nRelevant Reason: r\nAnalysis: a\nFinal Answer: NOT ENOUGH INFO")
+    train_prompt, _ = row_prompt_target(row, prompt_format=SELFRAG_PROMPT)
+    assert row["instruction"] == f"{FACT_TASK}\n\n{claim}"
+
+    engine = ScriptedEngine({claim: "Final Answer: SUPPORT"})
+    searcher = FakeSearcher({claim: [Passage(d.id, d.title, d.text, 1.0) for d in item.docs]})
+    eval_item = EvalItem("f1", "heldout_fact", "fact", "Is the following statement correct or not?", claim, ("true",))
+    SelfReasoning(Toolkit(engine=engine, retriever=searcher)).decode([eval_item.request()], SelfReasoningSettings(), 5)
+    assert engine.prompts == [train_prompt]
+
+
+def test_a_data_folder_without_the_fact_task_sentence_is_refused(tmp_path):
+    from raypipe.config import load_config
+    from raypipe.errors import RaypipeError
+
+    (tmp_path / "_SUCCESS").write_text("")
+    (tmp_path / "stats.json").write_text(json.dumps({"processes": ["relevance", "evidence", "analysis"]}))
+    with pytest.raises(RaypipeError, match="task sentence"):
+        run_trajectories(load_config(None, [f"trajectories.out_dir={tmp_path}"]))

@@ -87,6 +87,7 @@ def test_fact_answers_are_a_closed_set():
 
 def test_answer_tail_of_a_broken_trajectory():
     assert answer_tail("Relevant: yes\nFinal Answer: 1628\nmore") == "1628"
+    assert answer_tail("Analysis: x.\nFinal Answer: 1628\nFinal Answer: 1700\nFinal Answer: 1800") == "1628"
     assert answer_tail("Relevant: True\nAnalysis: born in 1628 [1]") == "born in 1628"
     assert answer_tail("") == ""
 

@@ -16,6 +16,7 @@ from raypipe.methods.self_reasoning.settings import SelfReasoningSettings
 from raypipe.retrieval.perturb import NoisySearcher
 from raypipe.retrieval.types import Passage
 from raypipe.serving.schemas import CONTROLS
+from raypipe.trajectory_format import FACT_TASK
 
 
 def P(pid: str, title: str, text: str) -> Passage:
@@ -33,16 +34,22 @@ class FakeSearcher:
 
 
 class ScriptedEngine(Engine):
-    """Answers each prompt with the reply whose key the prompt contains; records prompts and params."""
+    """Answers each prompt with the reply whose key the prompt contains (a text, or a (text, finish
+    reason) pair); records prompts and params."""
 
-    def __init__(self, replies: dict[str, str]):
+    def __init__(self, replies: dict[str, str | tuple[str, str]]):
         self.replies, self.prompts, self.params = replies, [], []
         self.tokenizer = None
 
     def generate(self, prompts, params: GenerationParams):
         self.prompts += prompts
         self.params.append(params)
-        return [Generation(next(v for k, v in self.replies.items() if k in p), [], [], "eos") for p in prompts]
+        out = []
+        for p in prompts:
+            reply = next(v for k, v in self.replies.items() if k in p)
+            text, finish = reply if isinstance(reply, tuple) else (reply, "eos")
+            out.append(Generation(text, [], [], finish))
+        return out
 
     def next_token_probs(self, prompts, tokens):
         raise AssertionError("self-reasoning reads no token distributions")
@@ -101,8 +108,39 @@ def test_fact_verdicts_map_to_the_eval_options():
     request = MethodRequest("Is the following statement correct?", "Ada was Koradian.", verdict_options(),
                             query="Ada was Koradian.")
     _, engine, _, (fact,) = run([], requests=[request])
-    assert "### Instruction:\nAda was Koradian.\n\n### Input:\n[1] Ada" in engine.prompts[0]
+    assert f"### Instruction:\n{FACT_TASK}\n\nAda was Koradian.\n\n### Input:\n[1] Ada" in engine.prompts[0]
     assert (fact.option, fact.option_scores) == ("true", {"true": 1.0})
+
+
+@pytest.mark.parametrize(("answer", "option"), [("SUPPORT", "true"), ("REFUTE", "false"), ("NOT ENOUGH INFO", "false")])
+def test_not_enough_info_is_false_on_a_true_false_set(answer, option):
+    reply = ("Relevant: True\nRelevant Reason: about Ada.\nCite content: [1] a Koradian poet\n"
+             f"Reason to cite: nationality.\nAnalysis: See [1].\nFinal Answer: {answer}")
+    method = SelfReasoning(Toolkit(engine=ScriptedEngine({"Ada": reply}), retriever=FakeSearcher(CORPUS)))
+    request = MethodRequest("Is it correct?", "Ada was Koradian.", verdict_options(), query="Ada was Koradian.")
+    [result] = method.decode([request], SelfReasoningSettings(), 5)
+    assert (result.text, result.option) == (answer, option)
+
+
+def test_decoding_stops_after_the_answer_line_with_the_penalty_of_the_settings():
+    _, engine, _, _ = run(["When was Ada born?"])
+    assert (engine.params[0].stop_line, engine.params[0].frequency_penalty) == ("Final Answer:", 0.1)
+    _, engine, _, _ = run(["When was Ada born?"], SelfReasoningSettings(frequency_penalty=0))
+    assert engine.params[0].frequency_penalty == 0
+
+
+def test_parse_failures_are_counted_by_cause():
+    """The token cap comes first (in a loop or not); otherwise the parser's reason."""
+    loop = "Relevant: True\nRelevant Reason: Tavasvik" + ", Tavasvik" * 30
+    replies = {"Q1": (loop, "length"), "Q2": ("Relevant: True\nRelevant Reason: it is about the painter and", "length"),
+               "Q3": ("Relevant: False\nRelevant Reason: no.\nAnalysis: x.\nFinal Answer: 1\nFinal Answer: 2", "eos")}
+    corpus = {q: [P("p", "T", "t.")] for q in replies}
+    method = SelfReasoning(Toolkit(engine=ScriptedEngine(replies), retriever=FakeSearcher(corpus)))
+    results = method.decode([MethodRequest(q) for q in replies], SelfReasoningSettings(), 5)
+    assert [r.trace["parse_cause"] for r in results] == ["loop", "token_cap", "trailing_text"]
+    assert results[0].trace["parse_reason"] == "no_evidence"  # the parser's view of a cut-off text
+    assert results[2].text == "1"  # the first answer
+    assert method.parse_failures == {"loop": 1, "token_cap": 1, "trailing_text": 1}
 
 
 def test_analysis_text_setting_returns_the_long_answer():

@@ -31,7 +31,7 @@ TOKEN = "s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 METHODS = list(CONTROLS)
 SERVE = ServeConfig(methods=METHODS, max_prompt_chars=40, max_top_k=5, max_beam_width=3, max_depth_limit=4,
-                    max_tokens_limit=400, max_body_bytes=2048)
+                    max_tokens_limit=512, max_body_bytes=2048)
 CFG = RaypipeConfig(serve=SERVE, retrieval=RetrievalConfig(top_k=3))
 
 

@@ -34,12 +34,21 @@ class GenerationParams:
     there: Self-RAG reads IsRel right after `</paragraph>` even when the model writes something else.
     `return_probs=False` is plain greedy generation: no log-probabilities and no group
     probabilities are read, and `Generation.token_logprobs`/`reflections` come back empty.
+    `stop_line` ends a generation at the token that ends the first line holding that text (the token
+    holding the newline after it, kept; `LineStop`): Self-Reasoning stops after its `Final Answer`
+    line, a row at a time, while the other rows of the batch go on.
+    `frequency_penalty` is OpenAI's (and vLLM's): before the greedy choice, each token's logit is
+    lowered by the penalty times the number of times the token was already generated (the prompt does
+    not count). It escalates on a loop, where a constant penalty would not, and leaves copying from the
+    prompt alone. Log-probabilities and group probabilities are still read from the model's own logits.
     """
 
     max_new_tokens: int = 100
     stop_token_ids: tuple[int, ...] = ()
     first_position_groups: tuple[Group, ...] = ()
     return_probs: bool = True
+    stop_line: str | None = None
+    frequency_penalty: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -155,3 +164,36 @@ def decode_continuation(tokenizer: PreTrainedTokenizerBase, context_id: int | No
     head = tokenizer.decode([context_id], skip_special_tokens=False, clean_up_tokenization_spaces=False)
     both = tokenizer.decode([context_id, *ids], skip_special_tokens=False, clean_up_tokenization_spaces=False)
     return both[len(head):]
+
+
+class LineStop:
+    """The `GenerationParams.stop_line` rule for one sequence, fed its generated tokens one at a time:
+    `feed` is true at the token whose text holds the first newline after the first occurrence of the
+    label. Both engines run this one rule (the HF loop as it decodes, the vLLM engine over its outputs),
+    so they stop at the same token. Each token is decoded after the one before it
+    (`decode_continuation`): one two-token decode per step, whatever the length so far."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, label: str, context_id: int | None):
+        self.tokenizer, self.label, self.last = tokenizer, label, context_id
+        self.text = ""
+        #: where the label ends in `text`, once it was seen
+        self.line_from: int | None = None
+
+    def feed(self, token: int) -> bool:
+        start = len(self.text)
+        self.text += decode_continuation(self.tokenizer, self.last, [token])
+        self.last = token
+        if self.line_from is None:
+            at = self.text.find(self.label, max(0, start - len(self.label) + 1))
+            if at < 0:
+                return False
+            self.line_from = at + len(self.label)
+        return "\n" in self.text[max(self.line_from, start):]
+
+
+def line_stop_length(tokenizer: PreTrainedTokenizerBase, label: str, context_id: int | None,
+                     ids: list[int]) -> int | None:
+    """How many of `ids` the `stop_line` rule keeps (up to and with the token that ends the label's
+    line), or None when it does not fire."""
+    rule = LineStop(tokenizer, label, context_id)
+    return next((i + 1 for i, token in enumerate(ids) if rule.feed(token)), None)

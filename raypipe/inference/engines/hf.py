@@ -5,7 +5,8 @@ step's logits ourselves is what makes the group probabilities exact (softmax ove
 the raw logits) and costs one small softmax per reflection position.
 
 Batches are left-padded with explicit position ids, so a prompt gets the same positions, and the same
-tokens, alone or in a batch. Rows that finish are dropped from the batch and the cache.
+tokens, alone or in a batch. Rows that finish (EOS, a stop token, the `stop_line` rule) are dropped
+from the batch and the cache while the others go on.
 
 `next_token_probs` serves the critic, whose prompts of one aspect share a long prefix (the aspect's
 instruction: 70-90% of the tokens of the tiny critic's prompts): a batch runs its rows' longest
@@ -33,6 +34,7 @@ from raypipe.inference.engines.base import (
     GenerationParams,
     GroupProbs,
     GroupTable,
+    LineStop,
     decode_continuation,
     eos_ids,
 )
@@ -151,21 +153,29 @@ class HFEngine(Engine):
         The read-out costs a few percent of a step (benchmarks/decoding.py)."""
         stop = self.eos | frozenset(params.stop_token_ids)
         rows = [_Row(context_id=ids[-1] if ids else None) for ids in batch]
+        lines = [LineStop(self.tokenizer, params.stop_line, row.context_id) for row in rows] if params.stop_line else None
         logits, cache, mask, positions = self._prefill(batch)
         live = list(range(len(rows)))  # row index of each batch position
         live_index = torch.arange(len(rows), device=self.device)
         nll = torch.zeros((len(rows), params.max_new_tokens), device=self.device) if params.return_probs else None
+        # generated-token counts of the live rows, for the frequency penalty
+        counts = logits.new_zeros(logits.shape) if params.frequency_penalty else None
         for step in range(params.max_new_tokens):
-            next_tensor = logits.argmax(dim=-1)
+            scores = logits if counts is None else logits - params.frequency_penalty * counts
+            next_tensor = scores.argmax(dim=-1)
             next_ids = next_tensor.tolist()
             if nll is not None:
                 nll[live_index, step] = torch.nn.functional.cross_entropy(logits, next_tensor, reduction="none")
                 self._read_groups(rows, live, logits, next_ids, step, params)
+            if counts is not None:
+                counts[torch.arange(len(live), device=self.device), next_tensor] += 1
             keep = []
             for b, i in enumerate(live):
                 rows[i].token_ids.append(next_ids[b])
                 if next_ids[b] in stop:
                     rows[i].finish = "eos" if next_ids[b] in self.eos else "stop"
+                elif lines is not None and lines[i].feed(next_ids[b]):
+                    rows[i].finish = "stop"
                 else:
                     keep.append(b)
             if not keep or step + 1 == params.max_new_tokens:
@@ -175,6 +185,7 @@ class HFEngine(Engine):
                 cache.batch_select_indices(index)
                 mask, positions, next_tensor = mask[index], positions[index], next_tensor[index]
                 live, live_index = [live[b] for b in keep], live_index[index]
+                counts = counts[index] if counts is not None else None
             mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=-1)
             out = self.model(input_ids=next_tensor[:, None], attention_mask=mask, position_ids=positions[:, None],
                              **{self._cache_kw: cache}, use_cache=True)

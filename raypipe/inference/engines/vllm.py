@@ -19,6 +19,7 @@ Prompts are tokenized with our tokenizer and passed as token ids, so both engine
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from pathlib import Path
 
 from transformers import AutoConfig, GenerationConfig
@@ -33,8 +34,10 @@ from raypipe.inference.engines.base import (
     GenerationParams,
     GroupProbs,
     GroupTable,
+    LineStop,
     decode_continuation,
     eos_ids,
+    line_stop_length,
     normalize_group,
 )
 from raypipe.models import load_tokenizer
@@ -43,6 +46,8 @@ from raypipe.tokens import GROUP_TOKENS, Group
 
 logger = logging.getLogger(__name__)
 
+#: one greedy sequence: its token ids, their log-probs, and why it ended
+Row = tuple[list[int], list[float], FinishReason]
 _NEXT_TOKEN = SamplingParams(max_tokens=1, temperature=0.0, logprobs=-1, detokenize=False)
 
 
@@ -91,19 +96,9 @@ class VLLMEngine(Engine):
 
     def generate(self, prompts: list[str], params: GenerationParams) -> list[Generation]:
         prompt_ids = self._prompt_ids(prompts)
-        sampling = SamplingParams(max_tokens=params.max_new_tokens, temperature=0.0,
-                                  stop_token_ids=list(params.stop_token_ids),
-                                  logprobs=0 if params.return_probs else None, detokenize=False)
-        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompt_ids], sampling,
-                                    use_tqdm=False)
-        rows = []
-        for out in outputs:
-            completion = out.outputs[0]
-            ids = list(completion.token_ids)
-            logprobs = [completion.logprobs[i][t].logprob for i, t in enumerate(ids)] if params.return_probs else []
-            if isinstance(completion.stop_reason, int) and (not ids or ids[-1] != completion.stop_reason):
-                ids.append(completion.stop_reason)  # a version that strips stop tokens: put it back
-            rows.append((ids, logprobs, self._finish_reason(completion.finish_reason, ids)))
+        rows = self._sample(prompt_ids, params, params.max_new_tokens, [params.stop_line] if params.stop_line else None)
+        if params.stop_line:
+            rows = self._finish_lines(prompt_ids, rows, params, params.stop_line)
         reads = self._reads(rows, params)
         distributions = iter(self._next_logprobs([prompt_ids[r] + rows[r][0][:pos] for r, pos, _ in reads]))
         reflections: list[list[GroupProbs]] = [[] for _ in rows]
@@ -120,12 +115,66 @@ class VLLMEngine(Engine):
             for r, (ids, logprobs, finish) in enumerate(rows)
         ]
 
+    def _sample(self, prompt_ids: list[list[int]], params: GenerationParams, max_tokens: list[int] | int,
+                stop: list[str] | None, penalties: list[dict[int, float]] | None = None) -> list[Row]:
+        """One greedy pass per prompt: (ids, log-probs, finish). `stop` strings end a sequence after the
+        token that completes one (kept); `penalties` (a logit bias per prompt) carry the frequency
+        penalty of tokens generated in an earlier pass, which vLLM counts as prompt."""
+        def sampling(r: int) -> SamplingParams:
+            return SamplingParams(max_tokens=max_tokens if isinstance(max_tokens, int) else max_tokens[r],
+                                  temperature=0.0, stop_token_ids=list(params.stop_token_ids),
+                                  frequency_penalty=params.frequency_penalty,
+                                  logit_bias=penalties[r] if penalties and penalties[r] else None,
+                                  stop=stop, include_stop_str_in_output=True, skip_special_tokens=False,
+                                  detokenize=stop is not None, logprobs=0 if params.return_probs else None)
+
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompt_ids],
+                                    [sampling(r) for r in range(len(prompt_ids))], use_tqdm=False)
+        rows = []
+        for out in outputs:
+            completion = out.outputs[0]
+            ids = list(completion.token_ids)
+            logprobs = [completion.logprobs[i][t].logprob for i, t in enumerate(ids)] if params.return_probs else []
+            if isinstance(completion.stop_reason, int) and (not ids or ids[-1] != completion.stop_reason):
+                ids.append(completion.stop_reason)  # a version that strips stop tokens: put it back
+            rows.append((ids, logprobs, self._finish_reason(completion.finish_reason, ids)))
+        return rows
+
+    def _finish_lines(self, prompt_ids: list[list[int]], rows: list[Row], params: GenerationParams,
+                      label: str) -> list[Row]:
+        """The `stop_line` rule on vLLM, whose stop strings cannot say "the newline after the label":
+        the first pass stopped at the label; the rows that reached it and have room left go on with
+        the newline as their stop string, their first pass as prompt and its tokens' frequency penalty
+        as a logit bias (so the counts go on as in one pass). Each row is then cut where `LineStop`
+        fires, the rule the HF engine runs as it decodes."""
+        context = [p[-1] if p else None for p in prompt_ids]
+        pending = []
+        for r, (ids, _, finish) in enumerate(rows):
+            rule = LineStop(self.tokenizer, label, context[r])
+            ended = any(rule.feed(token) for token in ids)
+            stopped_at_label = finish == "stop" and ids[-1] not in params.stop_token_ids
+            if not ended and rule.line_from is not None and stopped_at_label and len(ids) < params.max_new_tokens:
+                pending.append(r)
+        if pending:
+            penalties = [{t: -params.frequency_penalty * n for t, n in Counter(rows[r][0]).items()}
+                         if params.frequency_penalty else {} for r in pending]
+            more = self._sample([prompt_ids[r] + rows[r][0] for r in pending], params,
+                                [params.max_new_tokens - len(rows[r][0]) for r in pending], ["\n"], penalties)
+            for r, (ids, logprobs, finish) in zip(pending, more, strict=True):
+                head_ids, head_logprobs, _ = rows[r]
+                rows[r] = (head_ids + ids, head_logprobs + logprobs, finish)
+        out = []
+        for r, (ids, logprobs, finish) in enumerate(rows):
+            keep = line_stop_length(self.tokenizer, label, context[r], ids)
+            out.append((ids[:keep], logprobs[:keep], "stop") if keep is not None else (ids, logprobs, finish))
+        return out
+
     def _finish_reason(self, vllm_reason: str | None, ids: list[int]) -> FinishReason:
         if vllm_reason == "length":
             return "length"
         return "eos" if ids and ids[-1] in self.eos else "stop"
 
-    def _reads(self, rows: list[tuple[list[int], list[float], FinishReason]],
+    def _reads(self, rows: list[Row],
                params: GenerationParams) -> list[tuple[int, int, list[Group]]]:
         """(row, position, groups) of every next-token distribution the generations need: where a group
         is read, and where a re-appended stop token still lacks its log-prob."""

@@ -10,11 +10,17 @@ trace the parsed trajectory.
 - All documents irrelevant (RAP says `Relevant: False`): the model answers from internal knowledge
   in the same pass (§"Relevance-Aware Process"); the result cites nothing and the trace says
   `internal_knowledge`.
+- Decoding ends well: generation stops at the end of the first `Final Answer` line (the engines'
+  `stop_line` rule, a row at a time), and `frequency_penalty` (0 turns it off) lowers the logits of
+  tokens already generated, so a greedy loop ("Tavasvik, Tavasvik, ...") breaks before the token cap.
+  Ours: the paper decodes greedily with no word on either (its trained 7B model ends by itself).
 - A trajectory that does not parse is answered from its tail (`trajectory_format.answer_tail`), never
-  an exception; the trace carries `parse_error` and the method counts failures by reason
+  an exception; the trace carries `parse_error`, `parse_reason` and `parse_cause` (`failure_cause`:
+  the token cap, in a loop or not, else the parser's reason), and the method counts failures by cause
   (`parse_failures`).
-- Fact verification: the trajectory's SUPPORT / REFUTE (Figure 6) are the eval's true / false; NOT
-  ENOUGH INFO names no option.
+- Fact verification: the student is asked Figure 6's task sentence and the claim, as in training
+  (`trajectory_format.task_question`); SUPPORT / REFUTE / NOT ENOUGH INFO map to the eval's
+  true / false / false (`trajectory_format.VERDICT_OF_ANSWER` says why).
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from raypipe.methods.self_reasoning.settings import SelfReasoningSettings, SelfR
 from raypipe.retrieval.perturb import perturbed
 from raypipe.retrieval.types import Passage
 from raypipe.trajectory_format import (
+    ANSWER_FIELD,
     FACT_ANSWERS,
     VERDICT_OF_ANSWER,
     Trajectory,
@@ -46,6 +53,7 @@ from raypipe.trajectory_format import (
     answer_tail,
     format_prompt,
     parse_trajectory,
+    task_question,
 )
 
 logger = logging.getLogger(__name__)
@@ -55,9 +63,31 @@ ROBUSTNESS = {"shuffled": {"doc_order": "shuffled"}, "noise50": {"noise_fraction
 
 
 def question_of(request: MethodRequest) -> str:
-    """What the trajectory model is asked: the claim or question (`query`) of a closed-set request,
-    else instruction and input, as in the training prompts."""
-    return request.retrieval_text()
+    """What the trajectory model is asked, as in the training prompts: for a true/false request Figure
+    6's task sentence and the claim (`query`), for another closed-set request its question (`query`),
+    else instruction and input."""
+    question = request.retrieval_text()
+    return task_question("fact", question) if _is_verdict(request.options) else question
+
+
+def _repeats_at_end(text: str, longest_period: int = 120, span: int = 40) -> bool:
+    """Whether `text` ends in a repetition: its last max(3 periods, `span`) characters repeat one unit
+    of at most `longest_period` characters (at any phase, as a loop cut by the token cap does)."""
+    for period in range(1, min(longest_period, len(text) // 3) + 1):
+        tail = text[-max(3 * period, span):]
+        if len(tail) >= 3 * period and tail[period:] == tail[:-period]:
+            return True
+    return False
+
+
+def failure_cause(reason: str, finish_reason: str, raw: str) -> str:
+    """Why a trajectory did not parse, as eval counts it: decoding first (`loop`: it ran into the token
+    cap repeating itself; `token_cap`: it ran into the cap otherwise), else the parser's reason
+    (`trailing_text`, `unexpected_line` = a field missing or out of order, `truncated` = it ended
+    before a field, `empty_field`, `bad_citation`, `bad_answer`, ...)."""
+    if finish_reason == "length":
+        return "loop" if _repeats_at_end(raw) else "token_cap"
+    return reason
 
 
 def _is_verdict(options: tuple[Option, ...]) -> bool:
@@ -65,7 +95,8 @@ def _is_verdict(options: tuple[Option, ...]) -> bool:
 
 
 def option_of(answer: str, options: tuple[Option, ...]) -> str | None:
-    """The option a short answer names: SUPPORT / REFUTE as true / false, else the closed-set matcher."""
+    """The option a short answer names: a Figure 6 answer as its verdict (`VERDICT_OF_ANSWER`), else
+    the closed-set matcher."""
     verdict = VERDICT_OF_ANSWER.get(answer.strip().upper())
     if verdict is not None and verdict in {o.label for o in options}:
         return verdict
@@ -82,7 +113,7 @@ class SelfReasoning(Method[SelfReasoningSettings]):
     def __init__(self, toolkit: Toolkit):
         super().__init__(toolkit)
         self.engine: Engine = toolkit.get("engine", self.name)
-        #: trajectories that did not parse, by reason (answered from their tail)
+        #: trajectories that did not parse, by cause (`failure_cause`; answered from their tail)
         self.parse_failures: Counter[str] = Counter()
         self.decoded = 0
 
@@ -93,7 +124,8 @@ class SelfReasoning(Method[SelfReasoningSettings]):
         searcher = perturbed(self.toolkit.get("retriever", self.name), settings)
         found = search_requests(searcher, requests, top_k)
         prompts = [format_prompt(question_of(r), d, self.engine.prompt) for r, d in zip(requests, found, strict=True)]
-        params = GenerationParams(max_new_tokens=settings.max_new_tokens, return_probs=False)
+        params = GenerationParams(max_new_tokens=settings.max_new_tokens, return_probs=False, stop_line=ANSWER_FIELD,
+                                  frequency_penalty=settings.frequency_penalty)
         generations = self.engine.generate(prompts, params)
         return [self._result(r, d, g.text, g.finish_reason, settings)
                 for r, d, g in zip(requests, found, generations, strict=True)]
@@ -108,8 +140,9 @@ class SelfReasoning(Method[SelfReasoningSettings]):
         try:
             trajectory = parse_trajectory(raw, len(docs), answers, settings.processes)
         except TrajectoryParseError as exc:
-            self.parse_failures[exc.reason] += 1
-            trace.update(parse_error=str(exc), parse_reason=exc.reason, trajectory=None)
+            cause = failure_cause(exc.reason, finish, raw)
+            self.parse_failures[cause] += 1
+            trace.update(parse_error=str(exc), parse_reason=exc.reason, parse_cause=cause, trajectory=None)
             logger.debug("trajectory does not parse (%s); answering from its tail", exc)
         if trajectory is None:
             answer = answer_tail(raw)
