@@ -35,6 +35,7 @@ from raypipe.data.io import ReadReport, write_jsonl
 from raypipe.data.world_tasks import FACT_INSTRUCTION, MC_INSTRUCTION
 from raypipe.errors import DataError
 from raypipe.eval.released import (
+    ASQA_INSTRUCTION,
     VERDICTS,
     FileShape,
     PassageNotes,
@@ -45,6 +46,7 @@ from raypipe.eval.released import (
     claim_fields,
     file_shape,
     is_released_choices,
+    official_instruction,
     released_choices,
     row_id,
     row_passages,
@@ -82,6 +84,9 @@ class EvalItem:
     #: the row's own passages in file order (a released file's `ctxs`); None: retrieval uses the index
     passages: tuple[Passage, ...] | None = None
     passage_ids: tuple[str, ...] = ()
+    #: the retrieval text when the input does not hold it: a released item prompted as its official
+    #: script prompts it (the claim or question inside the instruction, `raypipe.eval.released`)
+    query: str | None = None
 
     def options(self) -> tuple[Option, ...]:
         if self.task == "fact":
@@ -94,8 +99,11 @@ class EvalItem:
         """Closed-set items retrieve with their input (the claim, or the question with its choices):
         on the held-out splits of a 12k world that finds the entity's passage first for 80% (fact)
         and 85% (mc) of items, against 74% and 81% with the shared task instruction in front. A
-        long-form item with an input (ASQA) retrieves with it, its question, as Self-RAG does."""
-        query = self.input if self.task in ("fact", "mc") or (self.task == "longform_ref" and self.input) else None
+        long-form item with an input retrieves with it. A released item with its text inside the
+        instruction retrieves with that text alone (`query`), as Self-RAG's scripts do."""
+        query = self.query
+        if query is None and (self.task in ("fact", "mc") or (self.task == "longform_ref" and self.input)):
+            query = self.input
         return MethodRequest(self.instruction, self.input, self.options(), query=query,
                              long_form=self.task in ("longform", "longform_ref"))
 
@@ -131,12 +139,13 @@ def parse_item(row: Any, set_name: str, shape: FileShape = PLAIN, position: int 
 def _task_item(row: dict[str, Any], item_id: str, set_name: str, shape: FileShape) -> EvalItem:
     if "claim" in row:
         claim, label = claim_fields(row)
-        return EvalItem(item_id, set_name, "fact", FACT_INSTRUCTION, claim, (label,))
+        return _fact_item(item_id, set_name, claim, label, released="answers" in row or "answer" in row)
     if "choices" in row:
         return _choice_item(row, item_id, set_name)
     if "qa_pairs" in row:
-        instruction, question, golds = asqa_fields(row)
-        return EvalItem(item_id, set_name, "longform_ref", instruction, question, golds)
+        question, golds = asqa_fields(row)
+        return EvalItem(item_id, set_name, "longform_ref", official_instruction(ASQA_INSTRUCTION, question, long_form=True),
+                        "", golds, query=question)
     if "topic" in row:
         prompt, golds = bio_fields(row)
         return EvalItem(item_id, set_name, "longform_ref", prompt, "", golds)
@@ -148,11 +157,21 @@ def _task_item(row: dict[str, Any], item_id: str, set_name: str, shape: FileShap
     if "answers" in row or "answer" in row:
         answers = short_answers(row)
         if shape.verdicts:
-            return EvalItem(item_id, set_name, "fact", FACT_INSTRUCTION, text_field(row, "question"), (verdict(row),))
+            return _fact_item(item_id, set_name, text_field(row, "question"), verdict(row), released=True)
         return EvalItem(item_id, set_name, "qa", text_field(row, "question"), "", tuple(answers))
     raise Reject("unknown_shape", None, "expected question + answers, claim + label, question + choices + "
                  "answerKey, instruction + answers, instruction + facts, or a long-form question + qa_pairs or "
                  "input + topic")
+
+
+def _fact_item(item_id: str, set_name: str, claim: str, label: str, *, released: bool) -> EvalItem:
+    """A fact-verification item. A released PubHealth row is prompted as Self-RAG's `fever` task
+    (`run_short_form.py`): the claim inside the instruction, which the released checkpoint was trained
+    on; a row of ours (claim + label) puts the claim in the input, as the world's training instances do."""
+    if released:
+        return EvalItem(item_id, set_name, "fact", official_instruction(FACT_INSTRUCTION, claim), "", (label,),
+                        query=claim)
+    return EvalItem(item_id, set_name, "fact", FACT_INSTRUCTION, claim, (label,))
 
 
 def _choice_item(row: dict[str, Any], item_id: str, set_name: str) -> EvalItem:

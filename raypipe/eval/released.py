@@ -33,14 +33,16 @@ How they map to this project's shapes (`raypipe.eval.datasets`), our choices whe
   when it is a verdict in either spelling, must agree with it (else `bad_label`). The input is
   `question`, the text the official prompt shows. A file of question + answers rows without `claim`
   (an older export) is read as fact verification when most rows answer a single "true" or "false";
-  its other rows are then rejected (`bad_label`). The task instruction is Self-RAG's `fever` one.
+  its other rows are then rejected (`bad_label`). The prompt is Self-RAG's `fever` one as
+  `run_short_form.py` writes it, the claim inside the instruction after "## Input:" (no `### Input:`
+  section), which is what the released checkpoint was trained on; it retrieves with the claim alone.
 - **ARC**: labels "1".."4" (a few ARC items use digits) read as "A".."D", as `run_short_form.py` maps
   them, and the answer key with them; a 3- or 5-choice item keeps its own choices (the script pads a
   missing D with an empty text; we show no empty option).
 - **Long-form** (ASQA, bio): task `longform_ref`, not judged here: ASQA's ALCE metrics and FactScore run
-  outside; the golds ride in the predictions for those scorers. ASQA's instruction is Self-RAG's
-  `asqa` one with the question as input, retrieved with the question alone (as
-  `run_long_form_static.py` strips the instruction from the query); bio's prompt is its `input`, and
+  outside; the golds ride in the predictions for those scorers. ASQA's prompt is Self-RAG's `asqa`
+  instruction, "## Input:" and the question, in the instruction, as `run_long_form_static.py` writes
+  it, retrieved with the question alone (that script's query); bio's prompt is its `input`, and
   its gold is `topic`, the entity FactScore looks up: the row's `output` is Alpaca-13B's own biography
   (the file's name says it: FactScore's unlabeled Alpaca-13B outputs), which no scorer reads as a
   reference, so it is ignored.
@@ -185,8 +187,16 @@ def released_choices(choices: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def asqa_fields(row: dict[str, Any]) -> tuple[str, str, tuple[str, ...]]:
-    """(instruction, input, golds) of an ASQA row: golds are every disambiguation's short answers."""
+def official_instruction(task_instruction: str, text: str, *, long_form: bool = False) -> str:
+    """A task instruction with its input inside, as Self-RAG's scripts write it and its released
+    checkpoint was trained on: `TASK_INST[task] + "\n\n## Input:\n\n" + question` in
+    `run_short_form.py` (PubHealth's `fever`), `+ "## Input:\n\n" +` in `run_long_form_static.py`
+    (ASQA); the generator prompt then has no `### Input:` section."""
+    return task_instruction + ("## Input:\n\n" if long_form else "\n\n## Input:\n\n") + text
+
+
+def asqa_fields(row: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
+    """(question, golds) of an ASQA row: golds are every disambiguation's short answers."""
     pairs = row["qa_pairs"]
     if not isinstance(pairs, list) or not pairs or not all(isinstance(p, dict) for p in pairs):
         raise Reject("wrong_type", "qa_pairs", "qa_pairs must be a non-empty list of objects")
@@ -196,7 +206,7 @@ def asqa_fields(row: dict[str, Any]) -> tuple[str, str, tuple[str, ...]]:
         if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
             raise Reject("wrong_type", f"qa_pairs[{i}].short_answers", "short_answers must be a list of strings")
         golds += [a for a in answers if a.strip()]
-    return ASQA_INSTRUCTION, text_field(row, "question"), tuple(dict.fromkeys(golds))
+    return text_field(row, "question"), tuple(dict.fromkeys(golds))
 
 
 def bio_fields(row: dict[str, Any]) -> tuple[str, tuple[str, ...]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +29,7 @@ from raypipe.methods.rag.settings import RAGSettings
 from raypipe.methods.self_reasoning.settings import SelfReasoningSettings
 from raypipe.methods.selfcrag.settings import SelfCRAGSettings
 from raypipe.methods.selfrag.settings import SelfRAGSettings
+from raypipe.prompts import format_generator_prompt
 from raypipe.retrieval.types import Passage
 from raypipe.settings.models import EngineConfig
 from raypipe.settings.retrieval import RetrievalConfig
@@ -100,11 +101,20 @@ def test_released_golds_and_prompts(tmp_path):
         ("0", "Which Lloyd Webber musical premiered in the US on 10th December 1993?", ("Sunset Boulevard", "Sunset Blvd")),
         ("1", "Who was the man behind The Chipmunks?", ("David Seville",))]
     health, _ = read("health_claims_processed.jsonl", tmp_path)
-    # SUPPORTS / REFUTES rows: fact verification, the claim (`question`) as input, the gold from `answers`
+    # SUPPORTS / REFUTES rows: fact verification, the claim (`question`) inside the instruction as
+    # run_short_form.py writes it, the gold from `answers`; retrieval with the claim alone
+    claims = ["Taking vitamin C does not prevent the common cold in most people.", "Drinking coffee causes dehydration."]
     assert [(i.id, i.instruction, i.input, i.golds) for i in health] == [
-        ("0", FACT_INSTRUCTION, "Taking vitamin C does not prevent the common cold in most people.", ("true",)),
-        ("1", FACT_INSTRUCTION, "Drinking coffee causes dehydration.", ("false",))]
-    assert health[1].request().query == "Drinking coffee causes dehydration."
+        ("0", f"{FACT_INSTRUCTION}\n\n## Input:\n\n{claims[0]}", "", ("true",)),
+        ("1", f"{FACT_INSTRUCTION}\n\n## Input:\n\n{claims[1]}", "", ("false",))]
+    assert health[1].request().query == claims[1]
+    assert format_generator_prompt(health[1].instruction, health[1].input) == (
+        "### Instruction:\nIs the following statement correct or not? Say true if it's correct; otherwise say false."
+        "\n\n## Input:\n\nDrinking coffee causes dehydration.\n\n### Response:\n")
+    # an export without `claim`: question + answers rows, most of them one verdict, are fact verification too
+    older = write_jsonl(tmp_path / "health_old.jsonl", [{k: v for k, v in row.items() if k not in ("claim", "label")}
+                                                        for row in raw_rows("health_claims_processed.jsonl")])
+    assert [replace(i, set="health_claims_processed") for i in read_eval_set(older, tmp_path / "rejects")[0]] == health
     assert [o.label for o in health[0].options()] == ["true", "false"]
     arc, _ = read("arc_challenge_processed.jsonl", tmp_path)
     assert [(i.id, i.instruction, i.golds, list(i.choices)) for i in arc] == [
@@ -113,9 +123,11 @@ def test_released_golds_and_prompts(tmp_path):
         ("Mercury_SC_405298", MC_INSTRUCTION, ("C",), ["A", "B", "C", "D", "E"])]
     assert arc[1].input == "Which object can be attracted by a magnet?\nA: plastic spoon\nB: steel paper clip\nC: glass marble"
     asqa, _ = read("asqa_eval_gtr_top100.json", tmp_path)
+    # the question inside the instruction, as run_long_form_static.py writes it
     assert (asqa[0].id, asqa[0].instruction, asqa[0].input, asqa[0].golds) == (
-        "-4377718773044986307", ASQA_INSTRUCTION, "Who played the joker in batman?",
+        "-4377718773044986307", f"{ASQA_INSTRUCTION}## Input:\n\nWho played the joker in batman?", "",
         ("Jack Nicholson", "Heath Ledger", "Heath Andrew Ledger"))
+    assert asqa[0].request().long_form
     assert asqa[0].request().query == "Who played the joker in batman?"
     assert [p.id for p in asqa[0].passages] == ["12461209", "12461214"]
     bio, _ = read("factscore_unlabeled_alpaca_13b_retrieval.jsonl", tmp_path)
