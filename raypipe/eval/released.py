@@ -227,7 +227,7 @@ def claim_fields(row: dict[str, Any]) -> tuple[str, str]:
     label = VERDICT_SPELLINGS.get(raw.strip().lower()) if isinstance(raw, str) else None
     if "answers" not in row and "answer" not in row:
         if label is None:
-            text_field(row, "label")
+            text_field(row, "label")  # a missing, non-text or empty label is rejected as such
             raise Reject("bad_label", "label", f"label must be one of {sorted(VERDICT_SPELLINGS)} (any case), "
                          f"got {raw!r}")
         return claim, label
