@@ -85,7 +85,8 @@ class EvalConfig(Section):
     robustness: RobustnessConfig = RobustnessConfig()
     #: every method's retrieval perturbed as in Self-Reasoning's Figure 3 (off by default)
     retrieval_noise: RetrievalNoiseConfig = RetrievalNoiseConfig()
-    #: rows per eval set at most (the first ones); None = all
+    #: the first `limit` rows of each eval file, in file order, rejected rows included (so a limited run
+    #: always evaluates the same questions); None = all
     limit: int | None = Field(None, ge=1)
     #: where retrieval reads passages during eval: `retriever` (the configured index), `ctxs` (each row's
     #: own pre-retrieved passages, as the papers' released eval files carry them; a file without them is

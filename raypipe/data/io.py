@@ -321,7 +321,9 @@ def _parquet_items(path: Path, kind: str, batch_size: int) -> Iterator[_Item]:
             yield _Item(line, row)
 
 
-def _is_json_array(path: Path) -> bool:
+def is_json_array(path: Path) -> bool:
+    """Whether a `.json` file is one JSON array (Alpaca-style data, Self-RAG's released critic data)
+    rather than JSON lines."""
     with path.open("rb") as fh:
         head = fh.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
     return head.startswith(b"[")
@@ -331,7 +333,7 @@ def _items(path: Path, kind: str, batch_size: int) -> Iterator[_Item]:
     try:
         if path.suffix == ".parquet":
             yield from _parquet_items(path, kind, batch_size)
-        elif path.suffix == ".json" and _is_json_array(path):
+        elif path.suffix == ".json" and is_json_array(path):
             yield from _json_array_items(path)
         else:
             yield from _jsonl_items(path)

@@ -2,25 +2,24 @@
 retriever found for each question (`ctxs`), which eval then hands to every method instead of the index
 (`eval.passages`, see `raypipe.eval.item_search`).
 
-Self-RAG publishes its eval sets with pre-retrieved passages ("Each file already comes with retrieved
-documents", README of the public AkariAsai/self-rag repository) and CRAG evaluates on the same files
-(HuskyInSalt/CRAG, `scripts/data_process.py` reads them by name). The fields, as those repositories'
-scripts read them (`retrieval_lm/run_short_form.py`, `retrieval_lm/run_long_form_static.py`,
-`retrieval_lm/utils.py`; CRAG's `scripts/data_process.py`, `scripts/eval.py`):
+Self-RAG publishes its eval sets with pre-retrieved passages (AkariAsai/self-rag, README "Inference")
+and CRAG evaluates on the same files (HuskyInSalt/CRAG, `scripts/data_process.py` names them). Each
+reader follows the code that reads that file in those repositories; docs/reproducing.md has the table
+of file -> official reading code -> what we read, and where the files come from.
 
 | file | question | golds | passages | task here |
 |---|---|---|---|---|
 | PopQA `popqa_longtail_w_gs.jsonl` | `question` | `answers` | `ctxs` | qa |
 | TriviaQA `triviaqa_test_w_gs.jsonl` | `question` | `answers` (else `answer`: str or list) | `ctxs` | qa |
-| PubHealth `health_claims_processed.jsonl` | `question` (the claim) | `answers`: `["true"]` or `["false"]` | `ctxs` | fact |
+| PubHealth `health_claims_processed.jsonl` | `question` (the claim; else `claim`) | `answers` `["true"]`/`["false"]`, else `label` (`SUPPORTS`/`REFUTES` read as true/false) | `ctxs` | fact |
 | ARC-Challenge `arc_challenge_processed.jsonl` | `question`, `choices` `{"text": [...], "label": [...]}` | `answerKey` | `ctxs` | mc |
 | ASQA `asqa_eval_gtr_top100.json` (a JSON list; ALCE rows) | `question` | `qa_pairs[].short_answers` | `docs` | longform_ref |
-| bio `factscore_unlabeled_alpaca_13b_retrieval.jsonl` | `input` (CRAG reads `question`) | `output`, else `topic` | `ctxs` | longform_ref |
+| bio `factscore_unlabeled_alpaca_13b_retrieval.jsonl` | `input` (else `question`, as CRAG reads it) | `topic`: the subject FactScore checks | `ctxs` | longform_ref |
 
 A passage is `{"id", "title", "text", "score", ...}` (other keys, such as PopQA's `hasanswer`, are
-ignored); Self-RAG shows it as title, newline, text and takes the first `--ndocs` in file order;
-`run_short_form.py` falls back on a `top_contexts` field. PopQA also carries `prop`, `s_wiki_title`
-(CRAG labels its evaluator data with it) and `pop`; they ride along unread.
+ignored); Self-RAG shows it as title, newline, text and takes the first `--ndocs` in file order
+(`run_short_form.py`, which falls back on a `top_contexts` field). PopQA also carries `prop`,
+`s_wiki_title` (CRAG labels its evaluator data with it) and `pop`; they ride along unread.
 
 How they map to this project's shapes (`raypipe.eval.datasets`), our choices where the files are silent:
 
@@ -28,22 +27,40 @@ How they map to this project's shapes (`raypipe.eval.datasets`), our choices whe
   rows carry none, an item's id is its 0-based position among the file's rows (rejected rows
   included): the index both released pipelines join outputs by (Self-RAG's `preds[i]`, CRAG's
   line-aligned `sources`/`ref` files), so it is stable as long as the file is.
-- **PubHealth**: the files name no task (Self-RAG's script is told `--task fever`), so a file is read as
-  fact verification when most of its question + answers rows answer a single "true" or "false"; its
-  other rows are then rejected (`bad_label`). The task instruction is Self-RAG's `fever` one.
+- **PubHealth**: released rows carry `claim`, `label` (`SUPPORTS`/`REFUTES`, FEVER's spelling), `question`
+  and `answers` (`["true"]`/`["false"]`). The official scorer matches the output against `answers`
+  (`run_short_form.py --metric match`, CRAG's `scripts/eval.py`), so `answers` is the gold and `label`,
+  when it is a verdict in either spelling, must agree with it (else `bad_label`). The input is
+  `question`, the text the official prompt shows. A file of question + answers rows without `claim`
+  (an older export) is read as fact verification when most rows answer a single "true" or "false";
+  its other rows are then rejected (`bad_label`). The prompt is Self-RAG's `fever` one as
+  `run_short_form.py` writes it, the claim inside the instruction after "## Input:" (no `### Input:`
+  section), which is what the released checkpoint was trained on; it retrieves with the claim alone.
 - **ARC**: labels "1".."4" (a few ARC items use digits) read as "A".."D", as `run_short_form.py` maps
   them, and the answer key with them; a 3- or 5-choice item keeps its own choices (the script pads a
   missing D with an empty text; we show no empty option).
 - **Long-form** (ASQA, bio): task `longform_ref`, not judged here: ASQA's ALCE metrics and FactScore run
-  outside; the golds ride in the predictions for those scorers. ASQA's instruction is Self-RAG's
-  `asqa` one with the question as input, retrieved with the question alone (as
-  `run_long_form_static.py` strips the instruction from the query); bio's prompt is its `input`.
-- **Passages**: ids as text, else "<item id>:<rank>" (0-based, file order); `score` a number or a
-  numeric string (PopQA writes strings), 0.0 when absent (no method reads it; the order is the file's).
+  outside; the golds ride in the predictions for those scorers. ASQA's prompt is Self-RAG's `asqa`
+  instruction, "## Input:" and the question, in the instruction, as `run_long_form_static.py` writes
+  it, retrieved with the question alone (that script's query); bio's prompt is its `input`, and
+  its gold is `topic`, the entity FactScore looks up: the row's `output` is Alpaca-13B's own biography
+  (the file's name says it: FactScore's unlabeled Alpaca-13B outputs), which no scorer reads as a
+  reference, so it is ignored.
+- **Passages** are kept as the official scripts keep them, so a row's first K are the papers' first K:
+  a passage without an id gets "<item id>:<rank>" (0-based, file order); without a score, or with one
+  that is no number, 0.0 (no method reads it; the order is the file's; PopQA writes numeric strings);
+  without a title, ""; with an empty text (PopQA's bare "Category:" pages), kept empty, as
+  `run_short_form.py` formats it into the prompt. Each of these is counted per file
+  (`EvalReadReport.passages`). A passage that holds nothing to show (not an object, no text string,
+  a title that is no string) is dropped, counted and written to the rejects file with its field
+  (`passage_dropped`), and its row is kept; only a row left with no passage at all is rejected. PopQA's
+  ranks 5-9 are the web search results Self-RAG adds for open-domain QA (Self-RAG §4.2, "Inference
+  settings"): no id, no score, sometimes no text.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -59,6 +76,8 @@ PASSAGE_FIELDS = ("ctxs", "docs", "top_contexts")
 #: fields a row carries its id in (ASQA's ALCE rows: `sample_id`)
 ID_FIELDS = ("id", "sample_id")
 VERDICTS = ("true", "false")
+#: a fact-verification label in either spelling: ours ("true"/"false"), FEVER's (PubHealth's `label`)
+VERDICT_SPELLINGS = {"true": "true", "false": "false", "supports": "true", "refutes": "false"}
 #: Self-RAG's ASQA task instruction (`retrieval_lm/utils.py`, TASK_INST["asqa"])
 ASQA_INSTRUCTION = ("Answer the following question. The question may be ambiguous and have multiple correct "
                     "answers, and in that case, you have to provide a long-form answer including all correct answers.")
@@ -168,8 +187,16 @@ def released_choices(choices: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def asqa_fields(row: dict[str, Any]) -> tuple[str, str, tuple[str, ...]]:
-    """(instruction, input, golds) of an ASQA row: golds are every disambiguation's short answers."""
+def official_instruction(task_instruction: str, text: str, *, long_form: bool = False) -> str:
+    """A task instruction with its input inside, as Self-RAG's scripts write it and its released
+    checkpoint was trained on: `TASK_INST[task] + "\n\n## Input:\n\n" + question` in
+    `run_short_form.py` (PubHealth's `fever`), `+ "## Input:\n\n" +` in `run_long_form_static.py`
+    (ASQA); the generator prompt then has no `### Input:` section."""
+    return task_instruction + ("## Input:\n\n" if long_form else "\n\n## Input:\n\n") + text
+
+
+def asqa_fields(row: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
+    """(question, golds) of an ASQA row: golds are every disambiguation's short answers."""
     pairs = row["qa_pairs"]
     if not isinstance(pairs, list) or not pairs or not all(isinstance(p, dict) for p in pairs):
         raise Reject("wrong_type", "qa_pairs", "qa_pairs must be a non-empty list of objects")
@@ -179,54 +206,98 @@ def asqa_fields(row: dict[str, Any]) -> tuple[str, str, tuple[str, ...]]:
         if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
             raise Reject("wrong_type", f"qa_pairs[{i}].short_answers", "short_answers must be a list of strings")
         golds += [a for a in answers if a.strip()]
-    return ASQA_INSTRUCTION, text_field(row, "question"), tuple(dict.fromkeys(golds))
+    return text_field(row, "question"), tuple(dict.fromkeys(golds))
 
 
 def bio_fields(row: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
     """(prompt, golds) of a FactScore bio row: the prompt is `input` (else `question`); the gold is the
-    reference `output` when the file has one, else the `topic` (the entity FactScore checks against)."""
+    `topic`, the entity FactScore checks the biography against. `output` is never the gold: in the
+    released file it is Alpaca-13B's biography, not a reference."""
     prompt = text_field(row, "input" if "input" in row or "question" not in row else "question")
-    gold = row.get("output") if isinstance(row.get("output"), str) and row["output"].strip() else text_field(row, "topic")
-    return prompt, (gold,)
+    return prompt, (text_field(row, "topic"),)
 
 
-def _score(value: Any, name: str) -> float:
+def claim_fields(row: dict[str, Any]) -> tuple[str, str]:
+    """(claim, verdict) of a fact-verification row that carries a `claim` (ours: claim + label; PubHealth's
+    released rows: claim, label SUPPORTS/REFUTES, question, answers). The claim shown is `question` when
+    the row has one (the official prompt's input), else `claim`; the verdict is `answers` when the row
+    has them (the official scorer's gold), else `label`; a `label` that is a verdict must agree."""
+    claim = text_field(row, "question" if "question" in row else "claim")
+    raw = row.get("label")
+    label = VERDICT_SPELLINGS.get(raw.strip().lower()) if isinstance(raw, str) else None
+    if "answers" not in row and "answer" not in row:
+        if label is None:
+            text_field(row, "label")  # a missing, non-text or empty label is rejected as such
+            raise Reject("bad_label", "label", f"label must be one of {sorted(VERDICT_SPELLINGS)} (any case), "
+                         f"got {raw!r}")
+        return claim, label
+    gold = verdict(row)
+    if label is not None and label != gold:
+        raise Reject("bad_label", "label", f"label {raw!r} says {label!r}, answers say {gold!r}")
+    return claim, gold
+
+
+class PassageNotes:
+    """What reading one row's passages kept despite a quirk (`kept`: quirk -> count) and what it dropped
+    (`dropped`: one Reject per passage, naming its field), for the file's report and rejects file."""
+
+    def __init__(self) -> None:
+        self.kept: Counter[str] = Counter()
+        self.dropped: list[Reject] = []
+
+
+def _score(value: Any, notes: PassageNotes) -> float:
     if value is None:
         return 0.0
-    try:
-        if isinstance(value, bool):
-            raise ValueError
-        return float(value)
-    except (TypeError, ValueError):
-        raise Reject("wrong_type", name, f"{name} must be a number, got {value!r}") from None
+    if not isinstance(value, bool):
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            pass
+    notes.kept["unreadable_score"] += 1
+    return 0.0
 
 
-def row_passages(row: dict[str, Any], name: str, item_id: str) -> tuple[Passage, ...]:
-    """A row's passages in file order (all of them: the searcher cuts the top K)."""
+def _passage_id(value: Any, item_id: str, rank: int, notes: PassageNotes) -> str:
+    if isinstance(value, str | int) and not isinstance(value, bool) and str(value).strip():
+        return str(value)
+    notes.kept["no_id" if value is None else "unreadable_id"] += 1
+    return f"{item_id}:{rank}"
+
+
+def _passage(ctx: Any, where: str, item_id: str, rank: int, notes: PassageNotes) -> Passage | None:
+    """One passage as the official scripts would show it, or None (recorded in `notes.dropped`)."""
+    if not isinstance(ctx, dict):
+        notes.dropped.append(Reject("passage_dropped", where, f"a passage must be an object, got {type(ctx).__name__}"))
+        return None
+    text, title = ctx.get("text"), ctx.get("title")
+    if not isinstance(text, str):
+        notes.dropped.append(Reject("passage_dropped", f"{where}.text", "a passage's text must be a string, got "
+                                    f"{'nothing' if text is None else type(text).__name__}"))
+        return None
+    if title is not None and not isinstance(title, str):
+        notes.dropped.append(Reject("passage_dropped", f"{where}.title",
+                                    f"a passage's title must be a string, got {type(title).__name__}"))
+        return None
+    if title is None:
+        notes.kept["no_title"] += 1
+    if not text.strip():
+        notes.kept["empty_text"] += 1
+    return Passage(_passage_id(ctx.get("id"), item_id, rank, notes), title or "", text, _score(ctx.get("score"), notes))
+
+
+def row_passages(row: dict[str, Any], name: str, item_id: str, notes: PassageNotes) -> tuple[Passage, ...]:
+    """A row's passages in file order (all of them: the searcher cuts the top K); quirks kept and
+    passages dropped go to `notes`. A row with no passage to read is rejected."""
     value = row.get(name)
     if value is None:
         raise Reject("missing_field", name, f"required field {name!r} is missing (other rows of this file carry "
                      "passages; eval.passages: retriever ignores them)")
     if not isinstance(value, list):
         raise Reject("wrong_type", name, f"{name!r} must be a list of passages, got {type(value).__name__}")
-    if not value:
-        raise Reject("empty_field", name, f"{name!r} is empty: no passage to read")
-    hits = []
-    for rank, ctx in enumerate(value):
-        where = f"{name}[{rank}]"
-        if not isinstance(ctx, dict):
-            raise Reject("wrong_type", where, f"a passage must be an object, got {type(ctx).__name__}")
-        title = ctx.get("title")
-        if not isinstance(title, str):
-            raise Reject("missing_field" if title is None else "wrong_type", f"{where}.title",
-                         "a passage's title must be a string")
-        text = ctx.get("text")
-        if not isinstance(text, str) or not text.strip():
-            raise Reject("missing_field" if text is None else "wrong_type", f"{where}.text",
-                         "a passage's text must be a non-empty string")
-        pid = ctx.get("id")
-        if pid is not None and (isinstance(pid, bool) or not isinstance(pid, str | int)):
-            raise Reject("wrong_type", f"{where}.id", "a passage id must be a string or an integer")
-        hits.append(Passage(str(pid) if pid is not None else f"{item_id}:{rank}", title, text,
-                        _score(ctx.get("score"), f"{where}.score")))
-    return tuple(hits)
+    found = [_passage(ctx, f"{name}[{rank}]", item_id, rank, notes) for rank, ctx in enumerate(value)]
+    passages = tuple(p for p in found if p is not None)
+    if not passages:
+        first = f" ({len(value)} dropped; {notes.dropped[0].field}: {notes.dropped[0]})" if value else ""
+        raise Reject("empty_field", name, f"{name!r} holds no passage to read{first}")
+    return passages

@@ -291,10 +291,12 @@ def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None
     }
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     (out / "_SUCCESS").touch()
+    quirks = {name: r.passages for name, r in reports.items() if r.passages}
     return {
         "out_dir": str(out),
         "eval rows": {name: r.n_ok for name, r in reports.items()},
         "rejected rows": {name: r.n_rejected for name, r in reports.items()},
+        **({"passages kept with a quirk or dropped": quirks} if quirks else {}),
         "accuracy": metrics["accuracy"],
         "retrieval_frequency": metrics["retrieval_frequency"],
         **({"citation recall / precision": {f"{name} {v}": _pair(m["citation_recall"], m["citation_precision"])

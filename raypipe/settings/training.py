@@ -48,7 +48,8 @@ class TrainConfig(Section):
     grad_clip: float = Field(1.0, ge=0.0)
     max_length: int = Field(512, ge=8)
     #: train only on rows whose `dataset` column is listed (D_gen rows carry the world's dataset name,
-    #: e.g. factual_qa, instruct_arith); the others are counted in the stats. None = every row
+    #: e.g. factual_qa, instruct_arith; Self-RAG's released rows `dataset_name`, e.g. nq, fever, which is
+    #: read when `dataset` is absent); the others are counted in the stats. None = every row
     datasets: list[str] | None = None
     #: train only the top N decoder layers (plus the final norm and the output embedding, which holds
     #: the reflection tokens' rows); the lower layers are frozen and the backward pass stops at them,

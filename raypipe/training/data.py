@@ -11,6 +11,7 @@ micro-batches it already consumed (see ``loop.py``).
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 from collections import Counter
@@ -22,7 +23,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from raypipe.data.io import list_data_files, write_jsonl
+from raypipe.data.io import is_json_array, list_data_files, write_jsonl
 from raypipe.errors import ConfigError, DataError
 from raypipe.prompts import GeneratorPrompt, PromptFormatName
 from raypipe.training.encode import IGNORE_INDEX, EncodedExample, encode_row
@@ -85,12 +86,17 @@ def _order_key(seed: int, row: dict[str, Any]) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
+def _dataset(row: dict[str, Any]) -> Any:
+    """A row's source data set: `dataset` (ours), else `dataset_name` (Self-RAG's released generator data)."""
+    return row["dataset"] if row.get("dataset") is not None else row.get("dataset_name")
+
+
 def encode_table(batch: pa.Table, *, tokenizer_path: str, mask: list[str], max_length: int,
                  seed: int, datasets: list[str] | None = None, prompt_format: PromptFormatName = "selfrag") -> pa.Table:
     """Ray Data batch function: rows of either shape -> id, path, input_ids, labels, counters, order,
-    `reject` (empty, or why the row cannot be trained on) and `selected` (0 for a row whose `dataset`
-    is not among `datasets`: left out by choice, counted, not encoded). Rows given as instruction/input
-    are written in `prompt_format`."""
+    `reject` (empty, or why the row cannot be trained on) and `selected` (0 for a row whose `dataset`,
+    or `dataset_name`, is not among `datasets`: left out by choice, counted, not encoded). Rows given
+    as instruction/input are written in `prompt_format`."""
     tokenizer = _tokenizer(tokenizer_path)
     prompt = GeneratorPrompt(prompt_format, tokenizer)
     rows = batch.to_pylist()
@@ -98,7 +104,7 @@ def encode_table(batch: pa.Table, *, tokenizer_path: str, mask: list[str], max_l
     rejects: list[str] = []
     selected: list[int] = []
     for row in rows:
-        chosen = datasets is None or row.get("dataset") in datasets
+        chosen = datasets is None or _dataset(row) in datasets
         selected.append(int(chosen))
         if not chosen:
             encoded.append(EncodedExample([], [], truncated=False))
@@ -126,16 +132,35 @@ def encode_table(batch: pa.Table, *, tokenizer_path: str, mask: list[str], max_l
     })
 
 
+def _array_rows(file: Path) -> list[dict[str, Any]]:
+    """The rows of a `.json` file holding one array, each with its `path` as `read_json` adds it; ids as
+    text, so rows whose ids mix numbers and strings still form one Arrow column."""
+    try:
+        rows = json.loads(file.read_bytes().decode("utf-8-sig"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataError(f"a .json file starting with '[' must be one valid JSON array: {exc}", file=str(file)) from None
+    bad = next((i for i, row in enumerate(rows) if not isinstance(row, dict)), None)
+    if bad is not None:
+        raise DataError(f"row {bad} of the array is a {type(rows[bad]).__name__}, not an object", file=str(file))
+    path = str(file.resolve())
+    return [{**row, "id": None if row.get("id") is None else str(row["id"]), "path": path} for row in rows]
+
+
 def _read(files: list[Path]) -> Any:
+    """Parquet, JSON lines, or `.json` files holding one array each (read on the driver: Self-RAG's
+    released critic data is a few tens of MB), as one dataset with a `path` column."""
     import ray
 
     suffixes = {f.suffix for f in files}
-    paths = [str(f.resolve()) for f in files]  # tasks may run in another working directory
     if suffixes == {".parquet"}:
-        return ray.data.read_parquet(paths, include_paths=True)
-    if suffixes <= {".jsonl", ".json"}:
-        return ray.data.read_json(paths, lines=True, include_paths=True)
-    raise DataError(f"training data mixes file formats {sorted(suffixes)}; use one", file=str(files[0].parent))
+        return ray.data.read_parquet([str(f.resolve()) for f in files], include_paths=True)
+    if not suffixes <= {".jsonl", ".json"}:
+        raise DataError(f"training data mixes file formats {sorted(suffixes)}; use one", file=str(files[0].parent))
+    arrays = [f for f in files if f.suffix == ".json" and is_json_array(f)]
+    lines = [str(f.resolve()) for f in files if f not in arrays]  # tasks may run in another working directory
+    parts = [ray.data.read_json(lines, lines=True, include_paths=True)] if lines else []
+    parts += [ray.data.from_items(_array_rows(f)) for f in arrays]
+    return parts[0].union(*parts[1:]) if len(parts) > 1 else parts[0]
 
 
 def encode_dataset(data: str, tokenizer_path: str, mask: list[str], max_length: int, seed: int,
@@ -143,9 +168,9 @@ def encode_dataset(data: str, tokenizer_path: str, mask: list[str], max_length: 
                    prompt_format: PromptFormatName = "selfrag") -> tuple[Any, dict[str, Any]]:
     """The materialized, encoded, deterministically ordered training set and its encoding stats.
 
-    With `datasets`, only rows whose `dataset` column is listed are trained on; the others are
-    counted (`rows_not_selected`). Malformed rows (no target, an unclosed <paragraph>) and rows left with no loss token after
-    truncation (a prompt longer than max_length, which would make the loss NaN) go to `rejects_path`
+    With `datasets`, only rows whose `dataset` (or `dataset_name`) is listed are trained on; the others
+    are counted (`rows_not_selected`). Malformed rows (no target, an unclosed <paragraph>) and rows left
+    with no loss token after truncation (a prompt longer than max_length, which would make the loss NaN) go to `rejects_path`
     with the reason and are counted by reason.
     """
     from ray.data.context import ShuffleStrategy

@@ -22,7 +22,7 @@ import numpy as np
 
 from raypipe.errors import DataError
 from raypipe.prompts import SELFRAG_PROMPT, GeneratorPrompt
-from raypipe.tokens import SPECIAL_TOKENS, ReflectionFormatError, parse
+from raypipe.tokens import REFLECTION_TOKENS, SPECIAL_TOKENS, ReflectionFormatError, parse
 from raypipe.training.spans import Span, SpanFormatError, find_spans
 
 IGNORE_INDEX = -100
@@ -43,8 +43,10 @@ class EncodedExample:
 def row_prompt_target(row: Mapping[str, Any], file: str | None = None,
                       prompt_format: GeneratorPrompt = SELFRAG_PROMPT) -> tuple[str, str]:
     """The (prompt, target) of a row: a D_critic row carries its prompt (prompt/target); a D_gen row
-    (instruction/input/output) or a Self-Reasoning row (instruction/input/target) is written in
-    `prompt_format`. DataError (row id, field, file) for a missing field or a malformed augmented output."""
+    (instruction/input/output, Self-RAG's released generator data included), a released critic row
+    (instruction/input/output, the output one reflection token) or a Self-Reasoning row
+    (instruction/input/target) is written in `prompt_format`. DataError (row id, field, file) for a
+    missing field or a malformed augmented output."""
     row_id = str(row.get("id")) if row.get("id") is not None else None
     target_field = "target" if "target" in row else "output"
     if "prompt" in row and "target" in row:
@@ -56,7 +58,9 @@ def row_prompt_target(row: Mapping[str, Any], file: str | None = None,
         if not isinstance(instruction, str) or not instruction.strip():
             raise DataError("instruction is missing or empty", file=file, row_id=row_id, field="instruction")
         prompt = prompt_format(instruction, row.get("input") or "")
-        if target_field == "output" and isinstance(target, str):
+        # a lone reflection token is a critic judgement (Self-RAG's released critic data carries them as
+        # instruction/input/output rows); anything else is an augmented output
+        if target_field == "output" and isinstance(target, str) and target.strip() not in REFLECTION_TOKENS:
             try:  # an augmented output must be well formed whatever the stage masks (tokens.parse rules)
                 parse(target)
             except ReflectionFormatError as exc:

@@ -38,7 +38,7 @@ def test_mc_prompt_matches_the_worlds_training_instances(world_dir):
         assert format_choices(row["input"].split("\n")[0], meta["choices"]) == row["input"]
 
 
-def test_bad_rows_go_to_the_rejects_file_and_limit_counts_good_rows(tmp_path):
+def test_bad_rows_go_to_the_rejects_file_and_limit_counts_rows_in_file_order(tmp_path):
     path = tmp_path / "mine.jsonl"
     lines = [
         {"id": "1", "question": "Q1", "answers": ["a"]},
@@ -59,8 +59,13 @@ def test_bad_rows_go_to_the_rejects_file_and_limit_counts_good_rows(tmp_path):
     rejects = [json.loads(x) for x in (tmp_path / "rejects" / "mine.rejects.jsonl").read_text().splitlines()]
     assert [(r["line"], r["reason"], r["field"]) for r in rejects][:2] == [(2, "wrong_type", "answers"),
                                                                           (3, "bad_label", "label")]
-    limited, _ = read_eval_set(path, tmp_path / "rejects", limit=2)
+    # the first 8 rows, rejects included: the same questions whatever is rejected among them
+    limited, report = read_eval_set(path, tmp_path / "rejects", limit=8)
     assert [i.id for i in limited] == ["1", "8"]
+    assert (report.n_rejected, report.rows_past_limit) == (6, 3)
+    limited, report = read_eval_set(path, tmp_path / "rejects", limit=2)
+    assert [i.id for i in limited] == ["1"]
+    assert report.rejects == {"wrong_type": 1} and report.as_dict()["rows_past_limit"] == 9
 
 
 def test_missing_files_and_clashing_set_names_are_errors(tmp_path):

@@ -1,12 +1,16 @@
-"""The papers' released eval files read as released (rows written here in each file's shape), and
-retrieval from their `ctxs`: every method sees exactly a row's first K passages, in file order, and
-never the index; bad rows are rejected with their file, row and field."""
+"""The papers' released eval files read as released (tests/fixtures/released holds a few rows of each in
+its released shape, quirks included: PopQA's web results without id or score and with empty texts,
+PubHealth's SUPPORTS/REFUTES rows, ARC's digit labels, ASQA's ALCE `docs`, FactScore's Alpaca `output`),
+and retrieval from their `ctxs`: every method sees exactly a row's first K passages, in file order,
+and never the index; a bad passage costs that passage, a bad row is rejected with its file, row and
+field."""
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +18,7 @@ import pytest
 from raypipe.data.world_tasks import FACT_INSTRUCTION, MC_INSTRUCTION
 from raypipe.errors import DataError
 from raypipe.eval import predict
-from raypipe.eval.datasets import EvalItem, read_eval_set
+from raypipe.eval.datasets import EvalItem, read_eval_set, read_eval_sets
 from raypipe.eval.item_search import ItemSearcher, passage_groups
 from raypipe.eval.metrics import judge
 from raypipe.eval.released import ASQA_INSTRUCTION
@@ -25,9 +29,28 @@ from raypipe.methods.rag.settings import RAGSettings
 from raypipe.methods.self_reasoning.settings import SelfReasoningSettings
 from raypipe.methods.selfcrag.settings import SelfCRAGSettings
 from raypipe.methods.selfrag.settings import SelfRAGSettings
+from raypipe.prompts import format_generator_prompt
 from raypipe.retrieval.types import Passage
 from raypipe.settings.models import EngineConfig
 from raypipe.settings.retrieval import RetrievalConfig
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "released"
+#: the released eval files, in their released shapes (tests/fixtures/released, written by hand from the
+#: fields the official reading code uses; docs/reproducing.md): file -> (task, rows)
+RELEASED = {
+    "popqa_longtail_w_gs.jsonl": "qa",
+    "triviaqa_test_w_gs.jsonl": "qa",
+    "health_claims_processed.jsonl": "fact",
+    "arc_challenge_processed.jsonl": "mc",
+    "asqa_eval_gtr_top100.json": "longform_ref",
+    "factscore_unlabeled_alpaca_13b_retrieval.jsonl": "longform_ref",
+}
+
+
+def raw_rows(name: str) -> list[dict]:
+    """A fixture's rows as plain JSON: what each item is checked against."""
+    text = (FIXTURES / name).read_text()
+    return json.loads(text) if name.endswith(".json") else [json.loads(line) for line in text.splitlines()]
 
 
 def ctx(pid, title: str, text: str, score="1.5", **extra) -> dict:
@@ -39,145 +62,165 @@ def write_jsonl(path, rows) -> str:
     return str(path)
 
 
-# PopQA (popqa_longtail_w_gs.jsonl): integer ids, string scores, extra fields
-POPQA = [
-    {"id": 4222362, "question": "What is George Rankin's occupation?", "answers": ["politician", "political leader"],
-     "prop": "occupation", "s_wiki_title": "George Rankin", "pop": 142,
-     "ctxs": [ctx("9001", "George Rankin", "George Rankin was an Australian politician.", "1.63", hasanswer=True),
-              ctx("9002", "Rankin", "Rankin is a surname.", "1.21", hasanswer=False),
-              ctx("9003", "George", "George is a given name.", "1.02", hasanswer=False)]},
-    {"id": 17, "question": "In what city was Billy Carlson born?", "answers": ["Denver"],
-     "ctxs": [ctx("9101", "Billy Carlson", "Billy Carlson was born in Denver.")]},
-]
-# TriviaQA (triviaqa_test_w_gs.jsonl): no ids; `answer` instead of `answers` in one row
-TRIVIAQA = [
-    {"question": "Which planet is the red planet?", "answers": ["Mars", "Planet Mars"],
-     "ctxs": [ctx(1, "Mars", "Mars is called the red planet.", 2.5)]},
-    {"question": "Who wrote Hamlet?", "answer": "Shakespeare", "ctxs": [ctx(2, "Hamlet", "Hamlet is a play.")]},
-]
-# PubHealth (health_claims_processed.jsonl): the claim in `question`, the label in `answers`
-PUBHEALTH = [
-    {"question": "Vitamin C cures the common cold.", "answers": ["false"], "ctxs": [ctx("h1", "Vitamin C", "No cure.")]},
-    {"question": "Smoking harms the lungs.", "answers": ["True"], "ctxs": [ctx("h2", "Smoking", "It does.")]},
-    {"question": "Coffee is a vegetable.", "answers": ["mixture"], "ctxs": [ctx("h3", "Coffee", "A drink.")]},
-]
-# ARC-Challenge (arc_challenge_processed.jsonl): choices as parallel lists; some items label with digits
-ARC = [
-    {"id": "Mercury_7175875", "question": "Which gas do plants take in?", "answerKey": "C",
-     "choices": {"text": ["oxygen", "nitrogen", "carbon dioxide", "helium"], "label": ["A", "B", "C", "D"]},
-     "ctxs": [ctx("a1", "Photosynthesis", "Plants take in carbon dioxide.")]},
-    {"id": "NYSEDREGENTS_2015_8_1", "question": "What melts ice fastest?", "answerKey": "2",
-     "choices": {"text": ["shade", "sunlight", "wind"], "label": ["1", "2", "3"]},
-     "ctxs": [ctx("a2", "Ice", "Sunlight melts ice.")]},
-]
-# ASQA (asqa_eval_gtr_top100.json, a JSON list of ALCE rows): `sample_id`, `qa_pairs`, passages in `docs`
-ASQA = [
-    {"sample_id": "-4377718773044986307", "question": "Who played the joker?", "answer": "Several actors ...",
-     "qa_pairs": [{"question": "Who played the joker in 1989?", "short_answers": ["Jack Nicholson"]},
-                  {"question": "Who played the joker in 2008?", "short_answers": ["Heath Ledger", "Ledger"]}],
-     "docs": [{"title": "Joker", "text": "The Joker was played by Jack Nicholson.", "score": 0.71},
-              {"title": "Joker (2008)", "text": "Heath Ledger played the Joker.", "score": 0.69}]},
-]
-# bio (factscore_unlabeled_alpaca_13b_retrieval.jsonl): the prompt in `input`, the entity in `topic`
-BIO = [
-    {"input": "Question: Tell me a bio of Ada Lovelace.", "topic": "Ada Lovelace", "cat": ["very rare"],
-     "ctxs": [ctx("b1", "Ada Lovelace", "Ada Lovelace was a mathematician.")]},
-]
+def read(name: str, tmp_path, **kwargs):
+    return read_eval_set(FIXTURES / name, tmp_path / "rejects", **kwargs)
 
 
-@pytest.fixture
-def released(tmp_path):
-    files = {name: write_jsonl(tmp_path / f"{name}.jsonl", rows)
-             for name, rows in (("popqa", POPQA), ("triviaqa", TRIVIAQA), ("health", PUBHEALTH), ("arc", ARC),
-                                ("bio", BIO))}
-    files["asqa"] = str(tmp_path / "asqa.json")
-    (tmp_path / "asqa.json").write_text(json.dumps(ASQA))
-    return files
+@pytest.mark.parametrize("name", RELEASED)
+def test_every_released_row_is_accepted_with_its_task_and_its_own_passages(name, tmp_path):
+    items, report = read(name, tmp_path)
+    rows = raw_rows(name)
+    assert (report.n_ok, report.n_rejected) == (len(rows), 0)
+    assert not (tmp_path / "rejects").exists() or not any((tmp_path / "rejects").iterdir())
+    field = "docs" if name.endswith(".json") else "ctxs"
+    for item, row in zip(items, rows, strict=True):
+        assert item.task == RELEASED[name]
+        # every passage of the row, in file order, its own and no other row's: empty texts included
+        assert [(p.title, p.text) for p in item.passages] == [(c["title"], c["text"]) for c in row[field]]
+        assert EvalItem.from_json(item.to_json()) == item
 
 
-def test_each_released_shape_parses_to_the_projects_tasks(released, tmp_path):
-    read = {name: read_eval_set(path, tmp_path / "rejects")[0] for name, path in released.items()}
-    popqa = read["popqa"][0]
-    assert (popqa.id, popqa.task, popqa.instruction, popqa.golds) == (
-        "4222362", "qa", "What is George Rankin's occupation?", ("politician", "political leader"))
-    assert popqa.passages == (Passage("9001", "George Rankin", "George Rankin was an Australian politician.", 1.63),
-                              Passage("9002", "Rankin", "Rankin is a surname.", 1.21),
-                              Passage("9003", "George", "George is a given name.", 1.02))
-    # no ids in the file: the row's position; `answer` (a string) is read as Self-RAG's script reads it
-    assert [(i.id, i.golds) for i in read["triviaqa"]] == [("0", ("Mars", "Planet Mars")), ("1", ("Shakespeare",))]
-    assert read["triviaqa"][0].passages == (Passage("1", "Mars", "Mars is called the red planet.", 2.5),)
-    # PubHealth: fact verification with the claim as input; the "mixture" row is rejected (below)
-    health = read["health"]
-    assert [(i.id, i.task, i.instruction, i.input, i.golds) for i in health] == [
-        ("0", "fact", FACT_INSTRUCTION, "Vitamin C cures the common cold.", ("false",)),
-        ("1", "fact", FACT_INSTRUCTION, "Smoking harms the lungs.", ("true",))]
-    assert health[0].request().query == "Vitamin C cures the common cold."
-    arc = read["arc"]
-    assert (arc[0].task, arc[0].instruction, arc[0].golds, arc[0].choices) == (
-        "mc", MC_INSTRUCTION, ("C",), {"A": "oxygen", "B": "nitrogen", "C": "carbon dioxide", "D": "helium"})
-    assert arc[0].input == "Which gas do plants take in?\nA: oxygen\nB: nitrogen\nC: carbon dioxide\nD: helium"
-    assert (arc[1].golds, arc[1].choices) == (("B",), {"A": "shade", "B": "sunlight", "C": "wind"})
-    asqa = read["asqa"][0]
-    assert (asqa.id, asqa.task, asqa.instruction, asqa.input, asqa.golds) == (
-        "-4377718773044986307", "longform_ref", ASQA_INSTRUCTION, "Who played the joker?",
-        ("Jack Nicholson", "Heath Ledger", "Ledger"))
-    assert asqa.request().query == "Who played the joker?"
-    assert [p.id for p in asqa.passages] == ["-4377718773044986307:0", "-4377718773044986307:1"]
-    bio = read["bio"][0]
-    assert (bio.id, bio.task, bio.instruction, bio.input, bio.golds) == (
-        "0", "longform_ref", "Question: Tell me a bio of Ada Lovelace.", "", ("Ada Lovelace",))
+def test_popqa_keeps_its_web_results_without_id_score_or_text_and_counts_them(tmp_path):
+    items, report = read("popqa_longtail_w_gs.jsonl", tmp_path)
+    rankin = items[0]
+    assert (rankin.id, rankin.instruction, rankin.input, rankin.golds) == (
+        "4222362", "What is George Rankin's occupation?", "", ("politician", "political leader", "political figure"))
+    assert [p.id for p in rankin.passages] == (["2991401", "2991402", "8771290", "3310555", "10284430"]
+                                               + [f"4222362:{rank}" for rank in range(5, 10)])
+    assert [p.score for p in rankin.passages[4:6]] == [1.2011, 0.0]
+    assert rankin.passages[6] == Passage("4222362:6", "Category:Australian politicians", "", 0.0)
+    # 5 web results per row without an id, 2 of them bare category pages: kept, as the official code keeps them
+    assert report.passages == {"empty_text": 4, "no_id": 10}
+    assert report.as_dict()["passages"] == {"empty_text": 4, "no_id": 10}
+
+
+def test_released_golds_and_prompts(tmp_path):
+    trivia, _ = read("triviaqa_test_w_gs.jsonl", tmp_path)
+    # no ids in the file: the row's position; `answer` (a string) read as Self-RAG's script reads it
+    assert [(i.id, i.instruction, i.golds) for i in trivia] == [
+        ("0", "Which Lloyd Webber musical premiered in the US on 10th December 1993?", ("Sunset Boulevard", "Sunset Blvd")),
+        ("1", "Who was the man behind The Chipmunks?", ("David Seville",))]
+    health, _ = read("health_claims_processed.jsonl", tmp_path)
+    # SUPPORTS / REFUTES rows: fact verification, the claim (`question`) inside the instruction as
+    # run_short_form.py writes it, the gold from `answers`; retrieval with the claim alone
+    claims = ["Taking vitamin C does not prevent the common cold in most people.", "Drinking coffee causes dehydration."]
+    assert [(i.id, i.instruction, i.input, i.golds) for i in health] == [
+        ("0", f"{FACT_INSTRUCTION}\n\n## Input:\n\n{claims[0]}", "", ("true",)),
+        ("1", f"{FACT_INSTRUCTION}\n\n## Input:\n\n{claims[1]}", "", ("false",))]
+    assert health[1].request().query == claims[1]
+    assert format_generator_prompt(health[1].instruction, health[1].input) == (
+        "### Instruction:\nIs the following statement correct or not? Say true if it's correct; otherwise say false."
+        "\n\n## Input:\n\nDrinking coffee causes dehydration.\n\n### Response:\n")
+    # an export without `claim`: question + answers rows, most of them one verdict, are fact verification too
+    older = write_jsonl(tmp_path / "health_old.jsonl", [{k: v for k, v in row.items() if k not in ("claim", "label")}
+                                                        for row in raw_rows("health_claims_processed.jsonl")])
+    assert [replace(i, set="health_claims_processed") for i in read_eval_set(older, tmp_path / "rejects")[0]] == health
+    assert [o.label for o in health[0].options()] == ["true", "false"]
+    arc, _ = read("arc_challenge_processed.jsonl", tmp_path)
+    assert [(i.id, i.instruction, i.golds, list(i.choices)) for i in arc] == [
+        ("Mercury_7175875", MC_INSTRUCTION, ("C",), ["A", "B", "C", "D"]),
+        ("NYSEDREGENTS_2015_4_8", MC_INSTRUCTION, ("B",), ["A", "B", "C"]),  # labels "1"-"3" as A-C
+        ("Mercury_SC_405298", MC_INSTRUCTION, ("C",), ["A", "B", "C", "D", "E"])]
+    assert arc[1].input == "Which object can be attracted by a magnet?\nA: plastic spoon\nB: steel paper clip\nC: glass marble"
+    asqa, _ = read("asqa_eval_gtr_top100.json", tmp_path)
+    # the question inside the instruction, as run_long_form_static.py writes it
+    assert (asqa[0].id, asqa[0].instruction, asqa[0].input, asqa[0].golds) == (
+        "-4377718773044986307", f"{ASQA_INSTRUCTION}## Input:\n\nWho played the joker in batman?", "",
+        ("Jack Nicholson", "Heath Ledger", "Heath Andrew Ledger"))
+    assert asqa[0].request().long_form
+    assert asqa[0].request().query == "Who played the joker in batman?"
+    assert [p.id for p in asqa[0].passages] == ["12461209", "12461214"]
+    bio, _ = read("factscore_unlabeled_alpaca_13b_retrieval.jsonl", tmp_path)
+    # the gold is the subject FactScore looks up, never `output` (Alpaca-13B's own biography)
+    assert [(i.id, i.instruction, i.input, i.golds) for i in bio] == [
+        ("0", "Question: Tell me a bio of Kang Ji-hwan.", "", ("Kang Ji-hwan",)),
+        ("1", "Question: Tell me a bio of Waka Flocka Flame.", "", ("Waka Flocka Flame",))]
     # long-form items are not judged here (their scorers run outside), whatever the output
-    assert judge("longform_ref", asqa.golds, {}, {"text": "Jack Nicholson", "retrieved": True}).correct is None
-    for items in read.values():
-        assert all(EvalItem.from_json(i.to_json()) == i for i in items)
+    assert judge("longform_ref", asqa[0].golds, {}, {"text": "Jack Nicholson", "retrieved": True}).correct is None
 
 
-def test_passages_knob(released, tmp_path):
+def test_passages_knob(tmp_path):
     plain = write_jsonl(tmp_path / "plain.jsonl", [{"id": "q", "question": "Who?", "answers": ["Ada"]}])
-    assert read_eval_set(released["popqa"], tmp_path, passages="retriever")[0][0].passages is None
+    assert read("popqa_longtail_w_gs.jsonl", tmp_path, passages="retriever")[0][0].passages is None
     assert read_eval_set(plain, tmp_path, passages="auto")[0][0].passages is None
-    assert read_eval_set(released["asqa"], tmp_path, passages="ctxs")[0][0].passages is not None
+    assert read("asqa_eval_gtr_top100.json", tmp_path, passages="ctxs")[0][0].passages is not None
     with pytest.raises(DataError, match="no row carries passages.*plain.jsonl"):
         read_eval_set(plain, tmp_path, passages="ctxs")
 
 
-def test_bad_released_rows_are_rejected_naming_file_row_and_field(tmp_path):
-    good = POPQA[1]
+def test_a_bad_passage_costs_that_passage_not_its_row(tmp_path):
+    good = {"id": 17, "question": "In what city was Billy Carlson born?", "answers": ["Denver"],
+            "ctxs": [ctx("9101", "Billy Carlson", "Billy Carlson was born in Denver.")]}
+    fine = ctx("x", "T", "fine")
     rows = [
         good,
         {**good, "id": 2, "ctxs": "not a list"},
         {**good, "id": 3, "ctxs": []},
-        {**good, "id": 4, "ctxs": [ctx("x", "T", "fine"), {"title": "T"}]},
-        {**good, "id": 5, "ctxs": [ctx("x", "T", "fine", score="high")]},
+        {**good, "id": 4, "ctxs": [fine, {"title": "T"}, ["a", "list"]]},  # two passages dropped, row kept
+        {**good, "id": 5, "ctxs": [ctx("x", "T", "fine", score="high"), {"id": True, "title": None, "text": "t"}]},
         {key: value for key, value in {**good, "id": 6}.items() if key != "ctxs"},
         {**good},  # id 17 again
         {"question": "No id", "answers": ["x"], "ctxs": [ctx("x", "T", "t")]},
+        {**good, "id": 9, "ctxs": [{"title": 5, "text": "x"}]},  # nothing left to read: the row goes
     ]
     path = write_jsonl(tmp_path / "popqa.jsonl", rows)
     items, report = read_eval_set(path, tmp_path / "rejects")
-    assert [i.id for i in items] == ["17"]
+    assert [i.id for i in items] == ["17", "4", "5"]
+    assert items[1].passages == (Passage("x", "T", "fine", 1.5),)
+    assert items[2].passages == (Passage("x", "T", "fine", 0.0), Passage("5:1", "", "t", 0.0))
+    assert report.rejects == {"wrong_type": 1, "empty_field": 2, "missing_field": 2, "duplicate_id": 1}
+    assert report.passages == {"dropped": 2, "no_title": 1, "unreadable_id": 1, "unreadable_score": 1}
     rejects = [json.loads(line) for line in (tmp_path / "rejects" / "popqa.rejects.jsonl").read_text().splitlines()]
-    assert [(r["source"], r["line"], r["id"], r["reason"], r["field"]) for r in rejects] == [
-        (path, 2, 2, "wrong_type", "ctxs"),
-        (path, 3, 3, "empty_field", "ctxs"),
-        (path, 4, 4, "missing_field", "ctxs[1].text"),
-        (path, 5, 5, "wrong_type", "ctxs[0].score"),
-        (path, 6, 6, "missing_field", "ctxs"),
-        (path, 7, 17, "duplicate_id", "id"),
-        (path, 8, None, "missing_field", "id"),
+    assert [(r["source"], r["line"], r["id"], r["reason"], r["field"], r.get("row_kept")) for r in rejects] == [
+        (path, 2, 2, "wrong_type", "ctxs", None),
+        (path, 3, 3, "empty_field", "ctxs", None),
+        (path, 4, 4, "passage_dropped", "ctxs[1].text", True),
+        (path, 4, 4, "passage_dropped", "ctxs[2]", True),
+        (path, 6, 6, "missing_field", "ctxs", None),
+        (path, 7, 17, "duplicate_id", "id", None),
+        (path, 8, None, "missing_field", "id", None),
+        (path, 9, 9, "empty_field", "ctxs", None),
     ]
-    arc = str(tmp_path / "arc.json")  # a JSON list: rejects name the row's position
+    assert "ctxs[0].title" in rejects[-1]["detail"]
+
+
+def test_bad_released_rows_are_rejected_naming_file_row_and_field(tmp_path):
+    arc = raw_rows("arc_challenge_processed.jsonl")
+    path = str(tmp_path / "arc.json")  # a JSON list: rejects name the row's position
     (tmp_path / "arc.json").write_text(json.dumps([
-        {**ARC[0], "answerKey": "E"},
-        {**ARC[0], "id": "b", "choices": {"text": ["x", "y"], "label": ["A"]}},
-        ARC[1]]))
-    items, report = read_eval_set(arc, tmp_path / "rejects")
-    assert [i.id for i in items] == ["NYSEDREGENTS_2015_8_1"]
+        {**arc[0], "answerKey": "E"},
+        {**arc[0], "id": "b", "choices": {"text": ["x", "y"], "label": ["A"]}},
+        arc[1]]))
+    items, report = read_eval_set(path, tmp_path / "rejects")
+    assert [i.id for i in items] == ["NYSEDREGENTS_2015_4_8"]
     rejects = [json.loads(line) for line in (tmp_path / "rejects" / "arc.rejects.jsonl").read_text().splitlines()]
     assert [(r["row"], r["line"], r["reason"], r["field"]) for r in rejects] == [
         (0, None, "bad_label", "answerKey"), (1, None, "wrong_type", "choices")]
-    health = write_jsonl(tmp_path / "health.jsonl", PUBHEALTH)
-    assert read_eval_set(health, tmp_path / "rejects")[1].rejects == {"bad_label": 1}
+    claim = raw_rows("health_claims_processed.jsonl")[0]
+    health = write_jsonl(tmp_path / "health.jsonl", [
+        claim,
+        {**claim, "label": "REFUTES"},  # disagrees with answers ["true"]
+        {**claim, "answers": ["mixture"]},
+        {key: value for key, value in claim.items() if key not in ("answers", "question")},  # label alone: ok
+        {key: value for key, value in {**claim, "label": "mixture"}.items() if key != "answers"},
+    ])
+    items, report = read_eval_set(health, tmp_path / "rejects")
+    assert [(i.id, i.golds) for i in items] == [("0", ("true",)), ("3", ("true",))]
+    rejects = [json.loads(line) for line in (tmp_path / "rejects" / "health.rejects.jsonl").read_text().splitlines()]
+    assert [(r["row"], r["reason"], r["field"]) for r in rejects] == [
+        (1, "bad_label", "label"), (2, "bad_label", "answers"), (4, "bad_label", "label")]
+
+
+def test_limit_takes_each_files_first_rows_rejects_included_and_reports_per_file(tmp_path):
+    popqa = raw_rows("popqa_longtail_w_gs.jsonl")
+    broken = write_jsonl(tmp_path / "popqa.jsonl", [{**popqa[0], "answers": []}, *popqa])
+    trivia = write_jsonl(tmp_path / "triviaqa.jsonl", raw_rows("triviaqa_test_w_gs.jsonl"))
+    items, reports = read_eval_sets([broken, trivia], tmp_path / "rejects", limit=2)
+    # the first two rows of each file: popqa's broken first row takes a place, so the run asks what an
+    # unbroken file's first two rows would, minus the broken one
+    assert [(i.set, i.id) for i in items] == [("popqa", "4222362"), ("triviaqa", "0"), ("triviaqa", "1")]
+    assert {name: (r.n_ok, r.rejects, r.rows_past_limit) for name, r in reports.items()} == {
+        "popqa": (1, {"wrong_type": 1}, 1), "triviaqa": (2, {}, 0)}
 
 
 # --- the searcher over items' own passages ---------------------------------------------------------
