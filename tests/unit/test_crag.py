@@ -121,7 +121,12 @@ def test_rewrite_prompt_is_table_7_with_the_question():
 
 
 class FakeTokenizer:
+    """No chat template; a character per token."""
+
     chat_template = None
+
+    def encode(self, text, add_special_tokens=False):
+        return [ord(c) for c in text]
 
 
 @dataclass

@@ -93,6 +93,20 @@ def test_a_raising_local_rewriter_fails_no_other_request_in_the_batch():
     assert [r.text for r in results] == ["answer"] * 3
 
 
+def test_the_local_rewriter_stops_at_the_end_of_its_first_line():
+    seen = []
+
+    class Recording(FakeEngine):
+        def generate(self, prompts, params):
+            seen.append(params)
+            return super().generate(prompts, params)
+
+    [rw] = LMRewriter(Recording(lambda p: "Ada, employer\n")).rewrite(["Where did Ada work?"])
+    # test_crag's tokenizer spells "\n" in one token and "\n\n" in two: only the first can stop
+    assert seen[0].stop_token_ids == (10,) and seen[0].max_new_tokens == 32
+    assert (rw.query, rw.how) == ("Ada, employer", "rewritten")
+
+
 def test_a_strip_that_is_its_whole_document_is_not_scored_again():
     t, evaluator, *_ = tools()
     results = CRAG(t).decode(requests(), CRAGSettings(), top_k=5)

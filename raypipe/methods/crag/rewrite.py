@@ -48,6 +48,9 @@ query:"""
 MAX_KEYWORDS = 3
 #: tokens the LM may write for a keyword query
 REWRITE_TOKENS = 32
+#: newline runs whose token ends a local LM's reply: Table 7 asks for one line, and only the first
+#: line is parsed, so what a small LM writes after it (another question, an answer) is not generated
+_LINE_ENDS = ("\n", "\n\n", "\n\n\n")
 
 
 @dataclass(frozen=True)
@@ -128,7 +131,8 @@ class LMRewriter:
     def rewrite(self, questions: Sequence[str]) -> list[Rewrite]:
         if not questions:
             return []
-        params = GenerationParams(max_new_tokens=REWRITE_TOKENS, return_probs=False)
+        params = GenerationParams(max_new_tokens=REWRITE_TOKENS, return_probs=False,
+                                  stop_token_ids=line_end_ids(self.engine.tokenizer))
         try:
             generations = self.engine.generate([self.prompt(q) for q in questions], params)
         except Exception as exc:
@@ -137,6 +141,13 @@ class LMRewriter:
                 return [Rewrite(questions[0], "failed", error=f"{type(exc).__name__}: {exc}")]
             return [rw for q in questions for rw in self.rewrite([q])]
         return [_from_reply(q, g.text) for q, g in zip(questions, generations, strict=True)]
+
+
+def line_end_ids(tokenizer: Any) -> tuple[int, ...]:
+    """The ids of the tokens that are a run of newlines alone (a byte-level BPE has them; a
+    tokenizer that spells a newline in several tokens gets no stop, and its reply runs to its cap)."""
+    ids = (tokenizer.encode(text, add_special_tokens=False) for text in _LINE_ENDS)
+    return tuple(dict.fromkeys(one[0] for one in ids if len(one) == 1))
 
 
 def chat_prompt(tokenizer: Any, user: str) -> str:
