@@ -190,8 +190,10 @@ class Corrector:
         for _, source, docs, refined in reads:
             strips = []
             for j, d in enumerate(docs):
-                pieces = [piece for _ in paragraphs(d.text) for piece in decompose(next(sentences), self.cfg.strip_words)] \
-                    if refined else [d.text]
+                pieces = [d.text]
+                if refined:  # each paragraph's sentences, in the order split_many was given them
+                    pieces = [piece for _ in paragraphs(d.text)
+                              for piece in decompose(next(sentences), self.cfg.strip_words)]
                 strips += [Strip(j, pos, text, d.title, d.id, source) for pos, text in enumerate(pieces)]
             out.append(strips)
         return out
