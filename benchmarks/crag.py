@@ -13,7 +13,11 @@
    every continuation runs to its token cap; the result file says which was used).
 
 Each method decodes two questions as a warm-up (first-call allocations, spaCy load), then the
-question set timed; one torch thread throughout.
+question set timed; one torch thread throughout. The timed pass is broken down per component
+(`breakdown_seconds_per_instance`): retrieval, the evaluator on documents and on strips, the query
+rewriting, the web search and generation (the instruct LM's answers, or Self-RAG's whole beam:
+its generations and critique reads), each timed at its tool; `other` is the rest (sentence
+splitting, Python). CRAG's Table 6 times generation alone.
 
     python -m benchmarks.crag --run-dir runs/crag     # trained evaluator, SmolLM2, faiss + web index
     python -m benchmarks.crag --run-dir runs/crag --set methods.crag.upper=0.1 ...   # any override
@@ -29,9 +33,13 @@ import logging
 import os
 import tempfile
 from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from benchmarks._common import timer, write_result
+from raypipe.inference.engines.base import Engine, Generation, GenerationParams
 from tests.keyword_searcher import KeywordSearcher
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -42,6 +50,91 @@ TARGETS = {"evaluator_batched_vs_single": 5.0, "crag_vs_rag_time_ratio": 1.2,
            "selfcrag_vs_selfrag_time_ratio": 1.2, "selfrag_vs_rag_time_ratio": 1.5}
 
 
+
+
+#: what the timed tools record, in pipeline order
+COMPONENTS = ("retrieval", "evaluator_documents", "evaluator_strips", "rewriting", "web_search", "generation")
+
+
+class Breakdown:
+    """Seconds and items (queries, pairs, prompts) per component, recorded by the timed tools below.
+    An evaluator call scores documents when every pair's document is one the retriever returned (the
+    trigger's call), strips otherwise (CRAG scores a strip that is its whole document once)."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.seconds: Counter[str] = Counter()
+        self.items: Counter[str] = Counter()
+        self.documents: set[str] = set()
+
+    @contextmanager
+    def timing(self, component: str, items: int) -> Iterator[None]:
+        with timer() as t:
+            yield
+        self.seconds[component] += t.seconds
+        self.items[component] += items
+
+    def per_instance(self, total: float, n: int) -> dict[str, float]:
+        """Seconds per instance of each component and of the rest (`other`)."""
+        out = {c: round(self.seconds[c] / n, 4) for c in COMPONENTS if c in self.seconds}
+        return {**out, "other": round((total - sum(self.seconds.values())) / n, 4)}
+
+
+class TimedSearcher:
+    def __init__(self, inner: Any, component: str, breakdown: Breakdown):
+        self.inner, self.component, self.breakdown = inner, component, breakdown
+
+    def search(self, queries: list[str], k: int, requests: Sequence[int] | None = None):
+        from raypipe.methods.crag.retrieval_evaluator import as_document
+
+        with self.breakdown.timing(self.component, len(queries)):
+            found = self.inner.search(queries, k, requests=requests)
+        if self.component == "retrieval":
+            self.breakdown.documents.update(as_document(p.title, p.text) for hits in found for p in hits)
+        return found
+
+
+class TimedEvaluator:
+    def __init__(self, inner: Any, breakdown: Breakdown):
+        self.inner, self.breakdown, self.batch_size = inner, breakdown, inner.batch_size
+
+    def score(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
+        documents = all(d in self.breakdown.documents for _, d in pairs)
+        with self.breakdown.timing("evaluator_documents" if documents else "evaluator_strips", len(pairs)):
+            return self.inner.score(pairs)
+
+
+class TimedEngine(Engine):
+    """An engine whose generations count as rewriting when they carry Table 7's prompt."""
+
+    def __init__(self, inner: Engine, breakdown: Breakdown):
+        self.inner, self.breakdown = inner, breakdown
+        self.tokenizer, self.prompt = inner.tokenizer, inner.prompt
+
+    def generate(self, prompts: list[str], params: GenerationParams) -> list[Generation]:
+        from raypipe.methods.crag.rewrite import REWRITE_PROMPT
+
+        rewriting = bool(prompts) and REWRITE_PROMPT.split("\n", 1)[0] in prompts[0]
+        with self.breakdown.timing("rewriting" if rewriting else "generation", len(prompts)):
+            return self.inner.generate(prompts, params)
+
+    def next_token_probs(self, prompts: list[str], tokens: tuple[str, ...]) -> list[dict[str, float]]:
+        with self.breakdown.timing("generation", len(prompts)):
+            return self.inner.next_token_probs(prompts, tokens)
+
+
+def timed_tools(toolkit, breakdown: Breakdown):
+    """`toolkit` with every tool timed into `breakdown`."""
+    def wrap(name: str, tool: Any) -> Any:
+        if name in ("engine", "lm"):
+            return TimedEngine(tool, breakdown)
+        if name == "evaluator":
+            return TimedEvaluator(tool, breakdown)
+        return TimedSearcher(tool, "retrieval" if name == "retriever" else "web_search", breakdown)
+
+    return toolkit.map(wrap)
 
 
 def untrained_evaluator(folder: Path) -> Path:
@@ -137,12 +230,15 @@ def batched_vs_single(evaluator, pairs: list[tuple[str, str]], single: int) -> d
             "evaluator_batched_vs_single": batched / one}
 
 
-def time_method(method, settings, batches, top_k: int) -> tuple[float, list]:
-    """A warm-up batch, then the timed pass over all batches; (seconds, results of the timed pass)."""
+def time_method(method, settings, batches, top_k: int, breakdown: Breakdown) -> tuple[float, list, dict]:
+    """A warm-up batch, then the timed pass over all batches; (seconds, results of the timed pass,
+    its breakdown per instance)."""
     method.decode(batches[0][:2], settings, top_k)
+    breakdown.reset()
     with timer() as t:
         results = [r for b in batches for r in method.decode(b, settings, top_k)]
-    return t.seconds, results
+    n = sum(len(b) for b in batches)
+    return t.seconds, results, {"seconds": breakdown.per_instance(t.seconds, n), "items": dict(breakdown.items)}
 
 
 def main() -> None:
@@ -178,6 +274,8 @@ def main() -> None:
         requests = requests_of(eval_dir, limit)
         top_k = cfg.retrieval.top_k
         ev = batched_vs_single(toolkit.evaluator, evaluator_pairs(toolkit, requests, top_k), single)
+        breakdown = Breakdown()
+        toolkit = timed_tools(toolkit, breakdown)
         batches = [requests[i:i + args.batch_size] for i in range(0, len(requests), args.batch_size)]
         rag_lm = cfg.methods.rag.model_copy(update={"generator": "lm", "max_new_tokens": tokens})
         crag_lm = cfg.methods.crag.model_copy(update={"generator": "lm", "max_new_tokens": tokens})
@@ -185,13 +283,14 @@ def main() -> None:
         sr_tokens = {"max_new_tokens": min(tokens, cfg.methods.selfrag.max_new_tokens)} if args.quick else {}
         selfrag = cfg.methods.selfrag.model_copy(update={"mode": "always", **sr_tokens})
         selfcrag = cfg.methods.selfcrag.model_copy(update={"mode": "always", **sr_tokens})
-        t_rag, _ = time_method(RAG(toolkit), rag_lm, batches, top_k)
-        t_crag, crag_results = time_method(CRAG(toolkit), crag_lm, batches, top_k)
-        t_rag_engine, _ = time_method(RAG(toolkit), rag_engine, batches, top_k)
-        t_selfrag, _ = time_method(SelfRAG(toolkit), selfrag, batches, top_k)
-        t_selfcrag, _ = time_method(SelfCRAG(toolkit), selfcrag, batches, top_k)
+        t_rag, _, b_rag = time_method(RAG(toolkit), rag_lm, batches, top_k, breakdown)
+        t_crag, crag_results, b_crag = time_method(CRAG(toolkit), crag_lm, batches, top_k, breakdown)
+        t_rag_engine, _, b_rag_engine = time_method(RAG(toolkit), rag_engine, batches, top_k, breakdown)
+        t_selfrag, _, b_selfrag = time_method(SelfRAG(toolkit), selfrag, batches, top_k, breakdown)
+        t_selfcrag, _, b_selfcrag = time_method(SelfCRAG(toolkit), selfcrag, batches, top_k, breakdown)
     n = len(requests)
-    actions = Counter(r.trace["crag"]["action"] for r in crag_results)
+    traces = [r.trace["crag"] for r in crag_results]
+    actions = Counter(t["action"] for t in traces)
     per = {k: v / n for k, v in {"rag_lm": t_rag, "crag_lm": t_crag, "rag_engine": t_rag_engine,
                                  "selfrag": t_selfrag, "selfcrag": t_selfcrag}.items()}
     payload = {
@@ -202,7 +301,14 @@ def main() -> None:
         "selfcrag_vs_selfrag_time_ratio": t_selfcrag / t_selfrag,
         "selfrag_vs_rag_time_ratio": t_selfrag / t_rag_engine,
         "seconds_per_instance": per,
+        "breakdown_seconds_per_instance": {k: b["seconds"] for k, b in (
+            ("rag_lm", b_rag), ("crag_lm", b_crag), ("rag_engine", b_rag_engine), ("selfrag", b_selfrag),
+            ("selfcrag", b_selfcrag))},
+        "breakdown_items": {"crag_lm": b_crag["items"], "selfcrag": b_selfcrag["items"]},
         "crag_actions": dict(actions),
+        "crag_fallbacks": dict(Counter(t["fallback"] for t in traces if t["fallback"])),
+        "crag_rewrites": dict(Counter(t["rewrite"]["how"] for t in traces if t["rewrite"])),
+        "selfcrag_knowledge_passages": selfcrag.knowledge_passages,
         "plain_generator": str(lm_name), "selfrag_generator": gen_name,
         "max_new_tokens": tokens, "selfrag_settings": selfrag.model_dump(),
         "paper_table6": {k: round(v, 3) for k, v in PAPER.items()}, "targets": TARGETS,

@@ -202,6 +202,16 @@ def _import_lm(cfg: RaypipeConfig) -> dict[str, Any]:
     return run_import_model(cfg)
 
 
+def _train_evaluator(cfg: RaypipeConfig) -> dict[str, Any]:
+    """CRAG's retrieval evaluator (`raypipe crag train-evaluator`), when an evaluated method uses it."""
+    from raypipe.evaluator_training.train import run_train_evaluator
+    from raypipe.methods import get_method
+
+    if not any("evaluator" in get_method(m).uses(getattr(cfg.methods, m)) for m in cfg.eval.methods):
+        return {"skipped": "no evaluated method uses the retrieval evaluator"}
+    return run_train_evaluator(cfg)
+
+
 def stages() -> list[tuple[str, Stage]]:
     from raypipe.augment.pipeline import run_augment
     from raypipe.critic.dataset import run_label
@@ -217,6 +227,7 @@ def stages() -> list[tuple[str, Stage]]:
         ("pretrained LM import (SmolLM2)", _import_lm),
         ("passage index", run_build_index),
         ("web index (CRAG fallback)", _web_index),
+        ("retrieval evaluator training (CRAG)", _train_evaluator),
         ("retrieval examples", _show_retrievals),
         ("critic data set (oracle teacher)", run_label),
         ("critic training", _train("critic")),

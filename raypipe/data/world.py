@@ -160,6 +160,12 @@ def synthesize(cfg: WorldConfig) -> dict[str, Any]:
     _claim_out_dir(out, cfg)
     if (out / "_SUCCESS").exists():
         stats = json.loads((out / "world.json").read_text())
+        if stats.get("n_web_passages") != world.n_web_passages:
+            # same config, other code: a world written before the web corpus became pages (one a
+            # person, work and look-alike) would pair its old web index with the new ground truth
+            raise ConfigError(f"world.out_dir {str(out)!r} holds {stats.get('n_web_passages')} web passages where "
+                              f"this version writes {world.n_web_passages}: it was written by an older "
+                              "raypipe; delete that folder (and the web index and evaluator built from it)")
         missing = [s for s in EVAL_BUILDERS if not (out / "eval" / f"{s}.jsonl").exists()]
         if missing:
             logger.info("%s: writing eval split(s) %s, added since this world was written", out, missing)

@@ -158,6 +158,8 @@ class Work:
     author: str
     author_index: int
     passage_id: str
+    #: its page in the web corpus
+    web_passage: str
 
     @property
     def created(self) -> str:
@@ -171,8 +173,8 @@ class Work:
 @dataclass(frozen=True)
 class Person:
     """A person. `early_passage` states birth and occupation, `career_passage` residence, employer
-    and best-known work; for web-only people the career passage is a stub and those facts live in
-    `web_passage` only."""
+    and best-known work; `web_passage`, the person's web page, states all of them. For web-only people
+    the career passage is a stub, so their career facts live on the web only."""
 
     index: int
     entity_id: str
@@ -196,7 +198,7 @@ class Person:
     @property
     def career_sources(self) -> tuple[str, ...]:
         """Where the career facts (residence, employer, best-known work) are stated."""
-        return (self.web_passage,) if self.web_only else (self.career_passage,)
+        return (self.web_passage,) if self.web_only else (self.career_passage, self.web_passage)
 
 
 class World:
@@ -225,7 +227,10 @@ class World:
         self._passage_offsets = tuple(int(x) for x in np.cumsum((0, 2 * s.people) + counts[1:-1]))
         self._passage_blocks = ("person", "distractor", "work", "org", "city", "country")
         self.n_passages = 2 * s.people + sum(counts[1:])
-        self.n_web_passages = s.people
+        # the web: a page per person, per work and per distractor (the look-alikes), in that order
+        self._web_offsets = (0, s.people, s.people + s.works)
+        self._web_blocks = ("person", "work", "distractor")
+        self.n_web_passages = s.people + s.works + s.distractors
 
     # --- ids -------------------------------------------------------------------------------------
 
@@ -234,6 +239,9 @@ class World:
 
     def _pid(self, block: int, index: int) -> str:
         return f"p{self._passage_offsets[block] + index:07d}"
+
+    def _wid(self, block: int, index: int) -> str:
+        return f"w{self._web_offsets[block] + index:07d}"
 
     # --- names -----------------------------------------------------------------------------------
 
@@ -265,6 +273,11 @@ class World:
         counts passages (two per person: early life, career)."""
         block = bisect.bisect_right(self._passage_offsets, index) - 1
         return self._passage_blocks[block], index - self._passage_offsets[block]
+
+    def locate_web_passage(self, index: int) -> tuple[str, int]:
+        """Web page `index` in [0, n_web_passages) -> (kind of entity, index within that kind)."""
+        block = bisect.bisect_right(self._web_offsets, index) - 1
+        return self._web_blocks[block], index - self._web_offsets[block]
 
     # --- entities --------------------------------------------------------------------------------
 
@@ -301,7 +314,7 @@ class World:
         """Work w is the best-known work of person w."""
         year = min(2020, self._birth_year(w) + 22 + self.hash.draw("work.year", w, 50))
         return Work(w, self._eid(2, w), self.title(w), vocab.OCCUPATIONS[self._occupation(w)], year,
-                    self.person_name(w), w, self._pid(2, w))
+                    self.person_name(w), w, self._pid(2, w), self._wid(1, w))
 
     def person(self, i: int) -> Person:
         heldout = self.is_heldout(i)
@@ -315,12 +328,13 @@ class World:
             heldout=heldout,
             web_only=heldout and self.hash.chance("person.web_only", i) < self.cfg.web_only_fraction,
             early_passage=self._pid(0, 2 * i), career_passage=self._pid(0, 2 * i + 1),
-            web_passage=f"w{i:07d}",
+            web_passage=self._wid(0, i),
         )
 
     def distractor(self, j: int) -> Person:
         """The near-namesake of person j: same first name and occupation, surname + "e", other facts.
-        Distractors exist only as passages; no instance is about them."""
+        Distractors exist only as passages (a wiki passage and a web page, the look-alikes a search
+        for person j meets); no instance is about them."""
         first, surname = self._person_name_parts(j)
         return Person(
             index=j, entity_id=self._eid(1, j), name=f"{first} {vocab.distractor_surname(surname)}",
@@ -330,7 +344,7 @@ class World:
             residence=self.city(self.hash.draw("distractor.residence", j, self.size.cities)),
             employer=self.org(self.hash.draw("distractor.employer", j, self.size.orgs)),
             work=None, heldout=False, web_only=False,
-            early_passage=self._pid(1, j), career_passage=self._pid(1, j), web_passage="",
+            early_passage=self._pid(1, j), career_passage=self._pid(1, j), web_passage=self._wid(2, j),
         )
 
     # --- sampling --------------------------------------------------------------------------------

@@ -41,19 +41,19 @@ class Fact:
 
 def person_facts(p: Person) -> list[Fact]:
     n, e = p.name, p.entity_id
-    early = (p.early_passage,)
-    web = () if p.web_only else (p.web_passage,)
+    # the early-life facts are stated on the wiki and on the person's web page alike
+    early = (p.early_passage, p.web_passage)
     career = p.career_sources
     facts = [
         Fact("birth_year", e, n, str(p.birth_year), (f"When was {n} born?", f"In what year was {n} born?"),
-             f"{n} was born in {{v}}.", "year", early + web),
+             f"{n} was born in {{v}}.", "year", early),
         Fact("birthplace", e, n, p.birthplace.name, (f"Where was {n} born?", f"In which city was {n} born?"),
              f"{n} was born in {{v}}.", "city", early),
         Fact("nationality", e, n, p.nationality, (f"What nationality was {n}?",), f"{n} was {{v}}.",
              "demonym", early),
         Fact("occupation", e, n, p.occupation,
              (f"What was {vocab.possessive(n)} occupation?", f"What did {n} do for a living?"),
-             f"{n} was {{a_v}}.", "occupation", early + web),
+             f"{n} was {{a_v}}.", "occupation", early),
         Fact("residence", e, n, p.residence.name, (f"In which city did {n} live for many years?",),
              f"{n} lived in {{v}} for many years.", "city", career),
         Fact("employer", e, n, p.employer.name,
@@ -62,7 +62,8 @@ def person_facts(p: Person) -> list[Fact]:
     ]
     if p.work is not None:
         w = p.work
-        sources = career if p.web_only else career + (w.passage_id,)
+        # a web-only author's work passage leaves the author out (world_passages); the work's web page names them
+        sources = career + ((w.web_passage,) if p.web_only else (w.passage_id, w.web_passage))
         facts.append(Fact("best_known_work", e, n, w.title, (f"What {w.kind} is {n} best known for?",),
                           f"{n} is best known for the {w.kind} {{v}}.", "title", sources))
     return facts
@@ -71,18 +72,18 @@ def person_facts(p: Person) -> list[Fact]:
 def work_facts(world: World, w: Work) -> list[Fact]:
     author = world.person(w.author_index)
     t, e = w.title, w.entity_id
-    # the author's career passage (or web profile) names the work, its kind and year too
+    # the author's career passage and web page name the work, its kind and year too
     mention = author.career_sources
     # for web-only authors the work's own passage leaves the author out (world_passages)
-    by_author = mention if author.web_only else (w.passage_id,) + mention
+    by_author = (mention if author.web_only else (w.passage_id,) + mention) + (w.web_passage,)
     return [
         Fact("author", e, t, w.author, (f"Who created the {w.kind} {t}?",),
              f"The {w.kind} {t} was {w.created} by {{v}}.", "person", by_author, author.heldout),
         Fact("year", e, t, str(w.year),
              (f"When was {t} {w.appeared}?", f"In what year was {t} {w.appeared}?"),
-             f"{t} was {w.appeared} in {{v}}.", "year", (w.passage_id,) + mention),
+             f"{t} was {w.appeared} in {{v}}.", "year", (w.passage_id, w.web_passage) + mention),
         Fact("kind", e, t, w.kind, (f"What kind of work is {t}?",), f"{t} is {{a_v}}.", "work_kind",
-             (w.passage_id,) + mention),
+             (w.passage_id, w.web_passage) + mention),
     ]
 
 

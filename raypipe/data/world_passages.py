@@ -1,9 +1,14 @@
 """Passage texts of the synthetic world: the wiki corpus (passages/) and the web corpus (web/passages/).
 
 Wiki: two passages per person (early life; career), one per distractor, work, organisation, city and
-country, titled with the entity's name. Web: one short profile per person; for web-only held-out
-people it is the only place their career facts appear (CRAG's reason to search elsewhere). The texts
-state exactly the facts that world_facts says they state.
+country, titled with the entity's name. Web: pages, one paragraph per line, as a search that fetches
+them returns them (CRAG App. B.3: a page's `<p>` paragraphs): a page per person (birth and
+occupation; career; a paragraph stating nothing), a page per work (what, by whom, when; a paragraph
+stating nothing) and a page per distractor (the look-alike a web search for its namesake meets). Most
+facts are stated on the wiki and the web alike, as the real web mirrors Wikipedia for such entities;
+the career facts of web-only held-out people only on their web page (the wiki has a stub), and a
+web-only author's name on the work's web page but not in its wiki passage (CRAG's reason to search
+elsewhere). The texts state exactly the facts that world_facts says they state.
 """
 
 from __future__ import annotations
@@ -36,13 +41,30 @@ def passage(world: World, index: int) -> tuple[str, str, str]:
                          f"The people of {k.name} are called {k.demonym}s.")
 
 
-def web_passage(world: World, i: int) -> tuple[str, str, str]:
-    """(id, title, text) of web snippet i, the profile of person i."""
-    p = world.person(i)
-    if p.web_only:
-        return p.web_passage, p.name, _career_sentences(p)
-    profile = f"{p.name}, {p.occupation}, born {p.birth_year}. Profile from a local archive."
-    return p.web_passage, p.name, profile
+def web_passage(world: World, index: int) -> tuple[str, str, str]:
+    """(id, title, text) of web page `index` in [0, world.n_web_passages)."""
+    kind, i = world.locate_web_passage(index)
+    if kind == "work":
+        w = world.work(i)
+        return w.web_passage, w.title, _work_page(w)
+    p = world.person(i) if kind == "person" else world.distractor(i)
+    return p.web_passage, p.name, _person_page(p)
+
+
+def _person_page(p: Person) -> str:
+    """Three paragraphs: birth and occupation, career, and one that states nothing (a page's
+    boilerplate, for CRAG's refinement to filter out)."""
+    b, nat = p.birthplace, p.nationality
+    early = f"{p.name}, born in {b.name} in {p.birth_year}, was {vocab.article(nat)} {nat} {p.occupation}."
+    about = (f"This profile of {p.name} was compiled from local archives and notes sent by readers. "
+             "Corrections are welcome.")
+    return "\n".join((early, _career_sentences(p), about))
+
+
+def _work_page(w: Work) -> str:
+    return "\n".join((f"{w.title} is {vocab.article(w.kind)} {w.kind} by {w.author}, {w.appeared} in {w.year}.",
+                      f"Copies of {w.title} are kept in several private collections. Reviews of the time "
+                      "are quoted in later histories."))
 
 
 def _early_text(p: Person, h: Hasher) -> str:

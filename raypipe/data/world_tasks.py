@@ -256,24 +256,26 @@ def bio(world: World, rng: random.Random, imperfect: bool) -> Draft:
     instruction = rng.choice((f"Write a short biography of {n}.", f"Tell me the life story of {n}.",
                               f"Summarize the life of {n} in a few sentences."))
     nat, occ, org = p.nationality, p.occupation, p.employer.name
+    # the web page states every fact of the person (world_passages), so it fully supports each sentence
     grounded = [_grounded(f"{n} was born in {p.birth_year} in {p.birthplace.name}.",
-                          [str(p.birth_year), p.birthplace.name], {early: "full", web: "partial"})]
+                          [str(p.birth_year), p.birthplace.name], {early: "full", web: "full"})]
     if rng.random() < 0.35:
         grounded.append(_grounded(f"{n} was {vocab.article(nat)} {nat} {occ} who worked at the {org}.",
-                                  [nat, occ, org], {early: "partial", career: "partial", web: "partial"}))
+                                  [nat, occ, org], {early: "partial", career: "partial", web: "full"}))
     else:
         grounded.append(_grounded(f"{n} was {vocab.article(nat)} {nat} {occ}.", [nat, occ],
-                                  {early: "full", web: "partial"}))
-        grounded.append(_grounded(f"{n} worked at the {org}.", [org], {career: "full"}))
+                                  {early: "full", web: "full"}))
+        grounded.append(_grounded(f"{n} worked at the {org}.", [org], {career: "full", web: "full"}))
     if rng.random() < 0.5:
         grounded.append(_grounded(f"{n} lived in {p.residence.name} for many years.", [p.residence.name],
-                                  {career: "full"}))
+                                  {career: "full", web: "full"}))
     relevant = [early, career, web]
     if p.work is not None:
         w = p.work
         grounded.append(_grounded(f"{n} is best known for the {w.kind} {w.title}, {w.appeared} in {w.year}.",
-                                  [w.kind, w.title, str(w.year)], {career: "full", w.passage_id: "full"}))
-        relevant.append(w.passage_id)
+                                  [w.kind, w.title, str(w.year)],
+                                  _full((career, web, w.passage_id, w.web_passage))))
+        relevant += [w.passage_id, w.web_passage]
     if imperfect:
         grounded = grounded[:1]
     sentences = grounded

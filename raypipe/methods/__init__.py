@@ -20,7 +20,7 @@ from raypipe.methods.crag.settings import CRAGSettings, CRAGSweeps
 from raypipe.methods.direct.settings import DirectSettings
 from raypipe.methods.rag.settings import RAGSettings
 from raypipe.methods.self_reasoning.settings import SelfReasoningSettings, SelfReasoningSweeps
-from raypipe.methods.selfcrag.settings import SelfCRAGSettings
+from raypipe.methods.selfcrag.settings import SelfCRAGSettings, SelfCRAGSweeps
 from raypipe.methods.selfrag.settings import SelfRAGSettings, SelfRAGSweeps
 from raypipe.methods.settings import MethodSettings
 from raypipe.settings.base import Section
@@ -46,7 +46,7 @@ REGISTRY: dict[str, Registered] = {
     "crag": Registered("raypipe.methods.crag.method:CRAG", CRAGSettings, CRAGSweeps),
     "rag": Registered("raypipe.methods.rag.method:RAG", RAGSettings),
     "direct": Registered("raypipe.methods.direct.method:Direct", DirectSettings),
-    "selfcrag": Registered("raypipe.methods.selfcrag.method:SelfCRAG", SelfCRAGSettings, CRAGSweeps),
+    "selfcrag": Registered("raypipe.methods.selfcrag.method:SelfCRAG", SelfCRAGSettings, SelfCRAGSweeps),
     "self_reasoning": Registered("raypipe.methods.self_reasoning.method:SelfReasoning", SelfReasoningSettings,
                                  SelfReasoningSweeps),
 }

@@ -2,8 +2,9 @@
 
 Any `Searcher` (raypipe.retrieval.types) serves: the `DenseRetriever` over a
 separate local index (the synthetic world's "web" corpus) is one, and `HttpSearchBackend` calls a
-web-search API whose URL, parameters and response fields come from config. Web APIs rate-limit and
-stall, so every request has a timeout and is retried by the shared `raypipe.http_retry` policy.
+web-search API whose URL, parameters and response fields come from config, and optionally fetches the
+result pages (`raypipe.retrieval.pages`). Web APIs rate-limit and stall, so every request has a
+timeout and is retried by the shared `raypipe.http_retry` policy.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import httpx
 
 from raypipe.errors import ConfigError, DataError, RaypipeError
 from raypipe.http_retry import NoResponse, RetryPolicy
+from raypipe.retrieval.pages import PageFetcher
 from raypipe.retrieval.retriever import DenseRetriever
 from raypipe.retrieval.types import Passage, Searcher
 from raypipe.settings.retrieval import RetrievalConfig, SearchBackendConfig
@@ -33,10 +35,12 @@ class SearchBackendError(RaypipeError):
 class HttpSearchBackend:
     """One request per query (several in flight), retried on 429, 5xx, timeouts and connection errors.
 
-    `sleep` is injectable so tests can check the backoff schedule without waiting for it.
+    `sleep` is injectable so tests can check the backoff schedule without waiting for it, and
+    `page_client` so they can serve the result pages without a network.
     """
 
-    def __init__(self, cfg: SearchBackendConfig, *, sleep: Callable[[float], None] = time.sleep):
+    def __init__(self, cfg: SearchBackendConfig, *, sleep: Callable[[float], None] = time.sleep,
+                 page_client: httpx.Client | None = None):
         if not cfg.url:
             raise ConfigError("retrieval.fallback.url: required when retrieval.fallback.kind is 'http'")
         self.cfg = cfg
@@ -47,16 +51,26 @@ class HttpSearchBackend:
         if key:
             headers[cfg.api_key_header] = f"{cfg.api_key_prefix}{key}"
         self._client = httpx.Client(timeout=cfg.timeout_s, headers=headers)
+        self._pages = PageFetcher(cfg.pages, client=page_client) if cfg.pages.enabled else None
+
+    @property
+    def page_counts(self) -> dict[str, int]:
+        """What fetching the result pages came to, per outcome (`raypipe.retrieval.pages`)."""
+        return dict(self._pages.counts) if self._pages else {}
 
     def close(self) -> None:
         self._client.close()
+        if self._pages:
+            self._pages.close()
 
     def search(self, queries: list[str], k: int, requests: Sequence[int] | None = None) -> list[list[Passage]]:
-        """One request per query (whose a query is changes nothing)."""
+        """One request per query (whose a query is changes nothing), then the result pages when
+        fetching them is on."""
         if not queries:
             return []
         with ThreadPoolExecutor(max_workers=min(self.cfg.concurrency, len(queries))) as pool:
-            return list(pool.map(lambda q: self._parse(self._fetch(q, k), k), queries))
+            found = list(pool.map(lambda q: self._parse(self._fetch(q, k), k), queries))
+        return self._pages.expand(found) if self._pages else found
 
     def _send(self, query: str, k: int) -> httpx.Response:
         params = {self.cfg.query_param: query, self.cfg.count_param: k}

@@ -59,6 +59,30 @@ class IndexConfig(Section):
     seed: int = 0
 
 
+class PageFetchConfig(Section):
+    """Fetching the pages an HTTP search links to, so CRAG refines page text rather than snippets (CRAG
+    §4.5: "we utilize the URL links to navigate web pages, transcribe their content"; App. B.3: a
+    page's content is split by `<p>` ... `</p>`). A page that cannot be had within the limits keeps
+    its snippet, and the backend counts why (`HttpSearchBackend.page_counts`)."""
+
+    #: off by default: a search API's snippets need no further request, and a page costs one request
+    #: and many more evaluator pairs (one per paragraph strip)
+    enabled: bool = False
+    #: results whose URL contains one of these are fetched first (App. B.3: "pages from Wikipedia will
+    #: be added preferentially"), so a tight `budget_s` is spent on them
+    first: list[str] = ["wikipedia.org"]
+    #: one page's request at most
+    timeout_s: float = Field(5.0, gt=0)
+    #: one search call's fetching at most: a page not started by then keeps its snippet
+    budget_s: float = Field(15.0, gt=0)
+    #: bytes of a page read at most; a longer page is cut there (its first paragraphs kept)
+    max_bytes: int = Field(2_000_000, ge=1)
+    #: a page's first paragraphs kept at most: each becomes at least one strip the evaluator scores
+    max_paragraphs: int = Field(30, ge=1)
+    #: pages in flight at once
+    concurrency: int = Field(4, ge=1)
+
+
 class SearchBackendConfig(Section):
     """CRAG's second search source: a separate local index or an HTTP web-search API."""
 
@@ -85,6 +109,8 @@ class SearchBackendConfig(Section):
     backoff_s: float = Field(0.5, ge=0)
     #: queries in flight at once
     concurrency: int = Field(4, ge=1)
+    #: fetch the result pages (an `http` backend only)
+    pages: PageFetchConfig = PageFetchConfig()
 
 
 class RetrievalConfig(Section):

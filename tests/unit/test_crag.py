@@ -36,7 +36,8 @@ U, L = 0.59, -0.99
 
 
 @pytest.mark.parametrize(("scores", "action"), [
-    ([0.59, -1.0], Action.CORRECT),          # exactly the upper threshold is Correct
+    ([0.59, -1.0], Action.AMBIGUOUS),        # exactly the upper threshold is not "higher than" it
+    ([0.5901, -1.0], Action.CORRECT),        # just over it is Correct
     ([0.5899, 0.3], Action.AMBIGUOUS),       # just under it is not
     ([-0.99, -1.0], Action.AMBIGUOUS),       # one document exactly at lower: not all below it
     ([-0.9901, -1.0], Action.INCORRECT),     # every document below lower
@@ -53,6 +54,7 @@ def test_trigger_ablations_merge_into_ambiguous_or_force_an_action():
     assert trigger([0.0], U, L, "no_incorrect") is Action.AMBIGUOUS
     assert trigger([0.0], U, L, "no_ambiguous") is Action.INCORRECT
     assert trigger([0.6], U, L, "no_ambiguous") is Action.CORRECT
+    assert trigger([U], U, L, "no_ambiguous") is Action.INCORRECT  # the one threshold is strict too
     assert trigger([-1.0], U, L, "only_correct") is Action.CORRECT
     assert trigger([0.9], U, L, "only_incorrect") is Action.INCORRECT
     assert trigger([0.9], U, L, "only_ambiguous") is Action.AMBIGUOUS
@@ -119,7 +121,12 @@ def test_rewrite_prompt_is_table_7_with_the_question():
 
 
 class FakeTokenizer:
+    """No chat template; a character per token."""
+
     chat_template = None
+
+    def encode(self, text, add_special_tokens=False):
+        return [ord(c) for c in text]
 
 
 @dataclass
@@ -226,13 +233,18 @@ def test_crag_batch_runs_in_lock_step_with_the_three_actions():
     assert "Knowledge:\nAda was born in Orr." in answers[0]
 
 
-def test_web_failure_degrades_to_internal_knowledge_with_the_failure_in_the_trace():
-    t, *_ = tools(web_fail=SearchBackendError("http://search: gave up after 4 attempts: timeout"))
-    results = CRAG(t).decode(requests(), CRAGSettings(), top_k=5)
+def test_web_failure_leaves_incorrect_without_knowledge_and_ambiguous_with_its_internal_knowledge():
+    t, _, _, lm, _ = tools(web_fail=SearchBackendError("http://search: gave up after 4 attempts: timeout"))
+    # no strip filter: nothing but the action keeps Cy's irrelevant documents out
+    results = CRAG(t).decode(requests(), CRAGSettings(strip_filter=None), top_k=5)
     cy, eve = results[1].trace["crag"], results[2].trace["crag"]
-    assert cy["action"] == "incorrect" and cy["used"] == "internal"
     assert cy["web_error"].startswith("web search failed: http://search: gave up")
-    assert eve["used"] == "internal" and eve["web_error"]
+    # Incorrect: its documents were judged irrelevant, so it reads none of them: the question alone
+    assert (cy["action"], cy["used"], cy["fallback"]) == ("incorrect", "none", "no_knowledge")
+    assert cy["internal_strips"] == [] and results[1].trace["knowledge"] == ""
+    assert "Bob swam." not in lm.calls[-1][1] and "Dee sang." not in lm.calls[-1][1]
+    # Ambiguous: its internal knowledge, which it reads anyway
+    assert (eve["used"], eve["fallback"]) == ("internal", None) and eve["web_error"]
     assert results[2].trace["knowledge"] == "Eve was born in Orr."
     assert all(r.text == "answer" for r in results)
 
@@ -406,8 +418,8 @@ def test_selfcrag_per_source_reads_each_sources_kept_strips_as_its_own_titled_pa
 
     t, *_ = tools()
     corrector = Corrector(t.evaluator, t.web, LMRewriter(t.lm), CRAGSettings())
-    joined, per_source = (KnowledgeSearcher(requests(), t.retriever, corrector, top_k=5, per_source=flag)
-                          for flag in (False, True))
+    joined, per_source = (KnowledgeSearcher(requests(), t.retriever, corrector, top_k=5, passages=mode)
+                          for mode in ("joined", "per_source"))
     queries = [r.instruction for r in requests()]
     one, each = (searcher.search(queries, 5, requests=[0, 1, 2]) for searcher in (joined, per_source))
     # Correct: Ada's document under its title; Bob's strip filtered out

@@ -66,3 +66,29 @@ def test_thresholds_out_of_order_and_unknown_controls_are_422():
     assert r.status_code == 422 and "upper" in r.json()["error"]["message"]
     r = client.post("/v1/generate", json={"instruction": "x", "method": "crag", "actions": "only_web"})
     assert r.status_code == 422
+
+
+def _rewriters(doc: dict, method: str) -> list[str]:
+    """The rewriters the document offers in `method`'s /v1/generate body."""
+    schemas = doc["components"]["schemas"]
+    body = next(s for name, s in schemas.items() if name.startswith(f"{method.title()}GenerateRequest"))
+    prop = body["properties"]["rewriter"]
+    return next(b["enum"] for b in prop["anyOf"] if b.get("type") != "null")
+
+
+def test_the_document_offers_the_openai_rewriter_only_where_a_rewriter_url_is_configured():
+    plain = TestClient(build_api(_cfg(), Backend(), None))
+    doc = plain.get("/openapi.json").json()
+    assert _rewriters(doc, "crag") == _rewriters(doc, "selfcrag") == ["lm", "none"]
+    r = plain.post("/v1/generate", json={"instruction": "x", "method": "crag", "rewriter": "openai"})
+    assert r.status_code == 422 and r.json()["error"]["param"] == "rewriter"
+    # a server with CRAG's rewriter endpoint offers it for crag, and still not for selfcrag
+    cfg = load_config(None, ["serve.methods=[crag, selfcrag]", "serve.default_method=crag",
+                             "methods.crag.rewriter_url=http://lm.local/v1"])
+    backend = Backend()
+    client = TestClient(build_api(cfg, backend, None))
+    doc = client.get("/openapi.json").json()
+    assert _rewriters(doc, "crag") == ["lm", "openai", "none"] and _rewriters(doc, "selfcrag") == ["lm", "none"]
+    r = client.post("/v1/generate", json={"instruction": "x", "method": "crag", "rewriter": "openai"})
+    assert r.status_code == 200, r.text
+    assert backend.seen[-1][2].rewriter == "openai" and backend.seen[-1][2].rewriter_url == "http://lm.local/v1"

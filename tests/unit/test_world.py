@@ -209,6 +209,29 @@ def test_some_heldout_facts_live_only_in_the_web_corpus(world, passages):
         assert not any(item["entity"] in t and item["answers"][0] in t for t in wiki), item
 
 
+def test_the_web_mirrors_the_wiki_in_pages_of_paragraphs_with_look_alikes(world, passages):
+    stats = json.loads((world / "world.json").read_text())
+    web = {pid: p for pid, p in passages.items() if pid.startswith("w")}
+    # a page per person, per work and per distractor
+    assert len(web) == stats["n_web_passages"] > stats["n_entities"]["people"]
+    items = _eval(world, "heldout_qa")
+    both = 0
+    for item in items:
+        answer, on_web = item["answers"][0], [p for p in item["passage_ids"] if p.startswith("w")]
+        # every held-out fact is stated on the web, some also on the wiki
+        assert on_web and all(answer in web[p]["text"] for p in on_web), item
+        both += any(p.startswith("p") for p in item["passage_ids"])
+        for page in (web[p]["text"].split("\n") for p in on_web if web[p]["title"] == item["entity"]):
+            # a person's page: birth and occupation, career, and a paragraph that states no fact
+            assert len(page) == 3 and item["entity"] in page[2]
+            if answer != item["entity"]:
+                assert answer not in page[2] and any(answer in line for line in page[:2]), item
+    assert 0 < both < len(items)
+    # look-alikes: near-namesakes' pages beside the people's own
+    titles = {p["title"] for p in web.values()}
+    assert len([t for t in titles if t.endswith("e") and t[:-1] in titles]) >= 10
+
+
 # --- reruns and bad config ------------------------------------------------------------------------------
 
 
@@ -225,6 +248,16 @@ def test_rerun_skips_finished_shards_and_rebuilds_missing_ones(tmp_path):
     assert kept.stat().st_mtime_ns == kept_mtime
     with pytest.raises(ConfigError, match="world.seed"):
         synthesize(_cfg(tmp_path, instances=200, shard_size=80, eval_instances=10, seed=99))
+
+
+def test_a_world_written_with_another_web_corpus_is_refused_not_reused(tmp_path):
+    cfg = _cfg(tmp_path, instances=200, shard_size=80, eval_instances=10)
+    synthesize(cfg)
+    stats = json.loads((tmp_path / "world.json").read_text())
+    stats["n_web_passages"] = stats["n_entities"]["people"]  # one profile per person, as before pages
+    (tmp_path / "world.json").write_text(json.dumps(stats))
+    with pytest.raises(ConfigError, match="older raypipe; delete that folder"):
+        synthesize(cfg)
 
 
 def test_bad_config_is_a_clear_error(tmp_path):

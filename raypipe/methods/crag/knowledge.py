@@ -5,28 +5,43 @@ documents to the knowledge a generator reads, in lock step:
 2. the trigger picks each request's action (§4.3);
 3. requests whose action searches the web (Incorrect, Ambiguous) get their query rewritten in ONE
    rewriter call and searched in ONE web call (§4.5);
-4. ONE evaluator call scores every strip of the documents that are read (Correct, Ambiguous, and
-   Incorrect whose web search failed) and every web paragraph (§4.4; App. B.3: web paragraphs are
-   "directly selected with the evaluator similar to internal knowledge");
+4. ONE segmenter call cuts every document read (Correct, Ambiguous) and every web page found into
+   strips, the same decomposition for both (§4.4; §4.5: web content goes through "the same knowledge
+   refinement method"; App. B.3: page paragraphs are "directly selected with the evaluator similar
+   to internal knowledge"), and ONE evaluator call scores the strips not scored yet: a strip that is
+   its whole document (a passage of one paragraph and a few sentences, most of them) is the pair
+   step 1 scored, so it is not scored again;
 5. each request's strips are filtered, cut to top-k and recomposed: internal knowledge, external
    knowledge, or both (Ambiguous: internal then external, Algorithm 1 line 12).
 
-Degradation: a failed web search turns the request to internal knowledge (the refined retrieved
-documents) with the failure in the trace; with `web: false`, Incorrect reads nothing (the documents
-are discarded, as the paper says, and there is no second source).
+Documents and strips are scored in two calls, not one: the strips worth scoring depend on the action
+(an Incorrect request's are never read), and on CPU the evaluator costs per pair, batched or not, so
+scoring every strip up front would cost more than the second call saves.
+
+Where the paper is silent, what each request reads (`Knowledge.fallback` records it):
+- a Correct request whose strips all score below the filter reads its best-scoring document whole
+  (`passing_document`): the evaluator judged that text relevant above `upper`, so Correct never
+  reads nothing; the document, not its best strip, because each of its strips scored as irrelevant
+  on its own while the whole scored as relevant;
+- an Incorrect request whose web search failed reads nothing (`no_knowledge`): its documents were
+  judged irrelevant, and irrelevant text misleads the generator more than no text (§4.3: "it is
+  unwise to still get stuck in it"); the generator answers from the question alone. An Ambiguous
+  request whose web search failed reads its internal knowledge, which it reads anyway;
+- with `web: false`, Incorrect reads nothing too (the documents are discarded, as the paper says, and
+  there is no second source).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from raypipe.methods.base import Citation, MethodRequest, RelevanceScorer, Toolkit, ToolName
 from raypipe.methods.crag.retrieval_evaluator import as_document
 from raypipe.methods.crag.rewrite import Rewrite, Rewriter, make_rewriter
 from raypipe.methods.crag.settings import CorrectiveSettings
-from raypipe.methods.crag.strips import Strip, decompose, recompose, select
+from raypipe.methods.crag.strips import Strip, decompose, paragraphs, recompose, select
 from raypipe.methods.crag.trigger import Action, needs_external, needs_internal, trigger
 from raypipe.methods.crag.web import WebResult, search_web
 from raypipe.retrieval.types import Passage, Searcher
@@ -34,6 +49,11 @@ from raypipe.settings.data import SegmentationConfig
 
 if TYPE_CHECKING:
     from raypipe.data.segment import Segmenter
+
+#: the two kinds of knowledge: the refined retrieved documents and the selected web pages
+Source = Literal["internal", "external"]
+#: what a request reads where Algorithm 1 would leave it nothing (see the module docstring)
+Fallback = Literal["passing_document", "no_knowledge"]
 
 
 @dataclass
@@ -49,6 +69,8 @@ class Knowledge:
     web: WebResult | None = None
     #: the sources read: internal, external, both, or none
     used: str = "none"
+    #: what the request reads instead where Algorithm 1 leaves it nothing (None: as Algorithm 1)
+    fallback: Fallback | None = None
 
     @property
     def web_failed(self) -> bool:
@@ -78,6 +100,7 @@ class Knowledge:
             if self.rewrite else None,
             "web": self.web.as_dict() if self.web else None,
             "web_error": self.web.error if self.web else None,
+            "fallback": self.fallback,
         }
 
 
@@ -95,62 +118,98 @@ class Corrector:
             segmenter = Segmenter(SegmentationConfig())
         self.segmenter = segmenter
 
-    def run(self, requests: Sequence[MethodRequest], documents: Sequence[Sequence[Passage]]) -> list[Knowledge]:
+    def run(self, requests: Sequence[MethodRequest], documents: Sequence[Sequence[Passage]],
+            sources: Collection[Source] | None = None) -> list[Knowledge]:
+        """Each request's knowledge. `sources` None: each request reads what its action reads
+        (Algorithm 1); else every request reads these sources whatever its action (Self-CRAG's
+        `per_action` passages, where Self-RAG's critique chooses), its action still triggered and
+        recorded."""
         cfg = self.cfg
         questions = [r.retrieval_text() for r in requests]
         # 1-2: one evaluator call for every document of the batch, then the trigger
         pairs = [(q, as_document(d.title, d.text)) for q, docs in zip(questions, documents, strict=True) for d in docs]
-        flat = iter(self.evaluator.score(pairs) if pairs else [])
+        known: dict[tuple[str, str], float] = {}
+        flat = iter(self._score(pairs, known))
         out = []
         for docs in documents:
             scores = [next(flat) for _ in docs]
             out.append(Knowledge(trigger(scores, cfg.upper, cfg.lower, cfg.actions), scores, list(docs)))
+        internal = [needs_internal(k.action) if sources is None else "internal" in sources for k in out]
+        external = [needs_external(k.action) if sources is None else "external" in sources for k in out]
         # 3: one rewrite call and one web call for the requests that search
-        searching = [i for i, k in enumerate(out) if needs_external(k.action)] if cfg.web and self.web else []
+        searching = [i for i, wanted in enumerate(external) if wanted] if cfg.web and self.web else []
         if searching:
-            assert self.rewriter is not None
+            assert self.rewriter is not None and self.web is not None
             rewrites = self.rewriter.rewrite([questions[i] for i in searching])
             found = search_web(self.web, [rw.query for rw in rewrites], cfg.web_fetch_k, cfg.web_top_k,
                                cfg.preferred_sources)
             for i, rw, web in zip(searching, rewrites, found, strict=True):
                 out[i].rewrite, out[i].web = rw, web
-        # 4: one evaluator call for every strip that is read
-        internal: dict[int, list[Strip]] = {}
-        external: dict[int, list[Strip]] = {}
+        # 4: one segmenter call for every document and page read, one evaluator call for their strips
+        reads: list[tuple[int, Source, Sequence[Passage], bool]] = []
         for i, k in enumerate(out):
-            if needs_internal(k.action) or k.web_failed:
-                internal[i] = self._strips(k.documents, "internal")
+            if internal[i]:
+                reads.append((i, "internal", k.documents, cfg.refine))
             if k.web is not None and not k.web_failed:
-                external[i] = [Strip(j, 0, p.text, p.title, p.id, "external") for j, p in enumerate(k.web.results)]
-        to_score = [(i, s) for i, strips in internal.items() for s in strips if cfg.refine]
-        to_score += [(i, s) for i, strips in external.items() for s in strips if cfg.web_select]
-        scores = self.evaluator.score([(questions[i], as_document(s.title, s.text)) for i, s in to_score]) \
-            if to_score else []
-        score_of = {(i, id(s)): sc for (i, s), sc in zip(to_score, scores, strict=True)}
+                reads.append((i, "external", k.web.results, cfg.web_select))
+        strips = self._strips(reads)
+        scored = [(i, s) for (i, _, _, refined), kept in zip(reads, strips, strict=True) if refined for s in kept]
+        score_of = dict(zip(((i, id(s)) for i, s in scored),
+                            self._score([(questions[i], as_document(s.title, s.text)) for i, s in scored], known),
+                            strict=True))
         # 5: filter, top-k, recompose
+        for (i, source, _, refined), pieces in zip(reads, strips, strict=True):
+            kept = self._keep(i, pieces, score_of, refined)
+            if source == "internal":
+                out[i].internal = kept
+            else:
+                out[i].external = kept
         for i, k in enumerate(out):
-            if i in internal:
-                k.internal = self._keep(i, internal[i], score_of, cfg.refine)
-            if i in external:
-                k.external = self._keep(i, external[i], score_of, cfg.web_select)
-            k.used = {(True, True): "both", (True, False): "internal", (False, True): "external"}.get(
-                (i in internal, i in external), "none")
+            read = (internal[i], k.web is not None and not k.web_failed)
+            k.used = {(True, True): "both", (True, False): "internal", (False, True): "external"}.get(read, "none")
+            if internal[i] and not k.internal and k.action is Action.CORRECT and k.documents:
+                k.internal, k.fallback = [self._passing_document(k)], "passing_document"
+            elif k.web_failed and not internal[i]:
+                k.fallback = "no_knowledge"
         return out
 
-    def _strips(self, documents: Sequence[Passage], source: str) -> list[Strip]:
-        """Each document's strips (§4.4); without refinement, each document whole."""
-        if not self.cfg.refine:
-            return [Strip(j, 0, d.text, d.title, d.id, source) for j, d in enumerate(documents)]
-        sentences = self.segmenter.split_many([d.text for d in documents]) if documents else []
-        return [Strip(j, pos, text, d.title, d.id, source)
-                for j, (d, sents) in enumerate(zip(documents, sentences, strict=True))
-                for pos, text in enumerate(decompose(sents, self.cfg.strip_words))]
+    def _score(self, pairs: Sequence[tuple[str, str]], known: dict[tuple[str, str], float]) -> list[float]:
+        """The evaluator's score of each pair, in one call for the pairs not in `known` (each once),
+        which then holds them too."""
+        new = [p for p in dict.fromkeys(pairs) if p not in known]
+        if new:
+            known.update(zip(new, self.evaluator.score(new), strict=True))
+        return [known[p] for p in pairs]
+
+    def _strips(self, reads: Sequence[tuple[int, Source, Sequence[Passage], bool]]) -> list[list[Strip]]:
+        """The strips of each read's documents (§4.4), one segmenter call for all of them; a read that
+        is not refined (`refine` or `web_select` off) keeps each document whole."""
+        texts = [para for _, _, docs, refined in reads if refined for d in docs for para in paragraphs(d.text)]
+        sentences = iter(self.segmenter.split_many(texts) if texts else [])
+        out = []
+        for _, source, docs, refined in reads:
+            strips = []
+            for j, d in enumerate(docs):
+                pieces = [d.text]
+                if refined:  # each paragraph's sentences, in the order split_many was given them
+                    pieces = [piece for _ in paragraphs(d.text)
+                              for piece in decompose(next(sentences), self.cfg.strip_words)]
+                strips += [Strip(j, pos, text, d.title, d.id, source) for pos, text in enumerate(pieces)]
+            out.append(strips)
+        return out
 
     def _keep(self, i: int, strips: list[Strip], score_of: dict[tuple[int, int], float],
               scored: bool) -> list[tuple[Strip, float]]:
         if not scored:
             return [(s, float("nan")) for s in strips]
         return select(strips, [score_of[(i, id(s))] for s in strips], self.cfg.strip_filter, self.cfg.strip_top_k)
+
+    @staticmethod
+    def _passing_document(k: Knowledge) -> tuple[Strip, float]:
+        """The best-scoring document whole: a Correct request's knowledge when every strip was filtered."""
+        j = max(range(len(k.documents)), key=lambda n: k.doc_scores[n])
+        d = k.documents[j]
+        return Strip(j, 0, d.text, d.title, d.id, "internal"), k.doc_scores[j]
 
 
 def corrective_tools(settings: CorrectiveSettings) -> set[ToolName]:

@@ -6,8 +6,9 @@ The paper prompts ChatGPT with the few-shot prompt of Table 7. The rewriter is p
   template, all of a batch's questions in one engine call;
 - `openai`: any OpenAI-compatible chat-completions server (ChatGPT as in the paper, vLLM, Ray Serve);
 - `none`: the raw question (Table 3 "w/o rewriting").
-Replies are parsed leniently (`parse_keywords`); a reply with no usable keyword, or an endpoint that
-fails, falls back to the raw question, and the rewrite's trace says so.
+Replies are parsed leniently (`parse_keywords`); a reply with no usable keyword, or a rewriter that
+fails (an endpoint, or the local LM raising), falls back to the raw question for that request alone,
+and the rewrite's trace says so (`how: raw` / `failed`).
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ query:"""
 MAX_KEYWORDS = 3
 #: tokens the LM may write for a keyword query
 REWRITE_TOKENS = 32
+#: newline runs whose token ends a local LM's reply: Table 7 asks for one line, and only the first
+#: line is parsed, so what a small LM writes after it (another question, an answer) is not generated
+_LINE_ENDS = ("\n", "\n\n", "\n\n\n")
 
 
 @dataclass(frozen=True)
@@ -110,7 +114,13 @@ class RawRewriter:
 
 
 class LMRewriter:
-    """Table 7's prompt as the user turn of the LM's chat template; one greedy engine call."""
+    """Table 7's prompt as the user turn of the LM's chat template; one greedy engine call.
+
+    An engine that raises (a served LM's replica gone, a prompt it refuses) fails no request: the
+    batch is retried question by question, and each question whose call still raises is searched
+    raw (`how: failed`, the error in the trace), as the OpenAI rewriter does per request. Any
+    exception counts: the engine may be local or a proxy of a remote deployment, each with its own
+    errors, and a rewrite is an optimisation of the search, never a reason to answer nothing."""
 
     def __init__(self, engine: Engine):
         self.engine = engine
@@ -121,9 +131,23 @@ class LMRewriter:
     def rewrite(self, questions: Sequence[str]) -> list[Rewrite]:
         if not questions:
             return []
-        params = GenerationParams(max_new_tokens=REWRITE_TOKENS, return_probs=False)
-        generations = self.engine.generate([self.prompt(q) for q in questions], params)
+        params = GenerationParams(max_new_tokens=REWRITE_TOKENS, return_probs=False,
+                                  stop_token_ids=line_end_ids(self.engine.tokenizer))
+        try:
+            generations = self.engine.generate([self.prompt(q) for q in questions], params)
+        except Exception as exc:
+            if len(questions) == 1:
+                logger.warning("query rewriter failed: %s; searching with the raw question", exc)
+                return [Rewrite(questions[0], "failed", error=f"{type(exc).__name__}: {exc}")]
+            return [rw for q in questions for rw in self.rewrite([q])]
         return [_from_reply(q, g.text) for q, g in zip(questions, generations, strict=True)]
+
+
+def line_end_ids(tokenizer: Any) -> tuple[int, ...]:
+    """The ids of the tokens that are a run of newlines alone (a byte-level BPE has them; a
+    tokenizer that spells a newline in several tokens gets no stop, and its reply runs to its cap)."""
+    ids = (tokenizer.encode(text, add_special_tokens=False) for text in _LINE_ENDS)
+    return tuple(dict.fromkeys(one[0] for one in ids if len(one) == 1))
 
 
 def chat_prompt(tokenizer: Any, user: str) -> str:

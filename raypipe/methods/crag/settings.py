@@ -22,10 +22,10 @@ class CorrectiveSettings(MethodSettings):
     knowledge a generator reads. Shared by `crag` and `selfcrag`. Defaults are the paper's PopQA values;
     `configs/paper_7b.yaml` lists the per-dataset thresholds."""
 
-    #: action trigger (§4.3): Correct when some document scores >= upper, Incorrect when every one
-    #: scores < lower, else Ambiguous (App. B.3: PopQA 0.59 / -0.99; PubHealth, ARC 0.5 / -0.91; Bio
-    #: 0.95 / -0.91)
-    upper: float = Field(0.59, ge=-1.0, le=1.0, description="Correct when some document scores >= this")
+    #: action trigger (§4.3): Correct when some document scores higher than upper, Incorrect when every
+    #: one scores below lower (both strict, as the paper words them), else Ambiguous (App. B.3: PopQA
+    #: 0.59 / -0.99; PubHealth, ARC 0.5 / -0.91; Bio 0.95 / -0.91)
+    upper: float = Field(0.59, ge=-1.0, le=1.0, description="Correct when some document scores higher than this")
     lower: float = Field(-0.99, ge=-1.0, le=1.0, description="Incorrect when every document scores < this")
     actions: CRAGActions = Field("all", description="action ablations (CRAG Tables 2 and 11)")
     #: decompose-then-recompose (§4.4); off = the retrieved documents as they are (Table 3 "w/o refinement")

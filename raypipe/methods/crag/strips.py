@@ -1,9 +1,12 @@
 """Knowledge refinement, decompose-then-recompose (CRAG §4.4, App. B.3).
 
-A document of one or two sentences is one strip; a longer one is cut into strips of a few sentences,
-as many strips as its length asks for (about `strip_words` words each: the paper says "a few
-sentences according to the total length"; the word count is ours), never splitting a sentence.
-Sentences come from the project's segmenter (spaCy). Every strip is scored by the evaluator against
+A document is first cut into its paragraphs (its non-blank lines: a retrieved passage is one
+paragraph, a web page keeps one per line, App. B.3's `<p>` units), so that no strip spans two
+paragraphs; the same refinement then serves internal documents and web pages (§4.5: web content goes
+through "the same knowledge refinement method as Section 4.4"). A paragraph of one or two sentences
+is one strip; a longer one is cut into strips of a few sentences, as many strips as its length asks
+for (about `strip_words` words each: the paper says "a few sentences according to the total length";
+the word count is ours), never splitting a sentence. Sentences come from the project's segmenter (spaCy). Every strip is scored by the evaluator against
 the question, with its document's title line in front (our choice: a strip cut from the middle of a
 passage may not name its subject, and the title does); strips below the filter threshold (-0.5) are
 dropped, the best `top_k` (5) of the rest kept, and the kept strips recomposed in their original
@@ -37,8 +40,13 @@ class Strip:
         return asdict(self)
 
 
+def paragraphs(text: str) -> list[str]:
+    """A document's paragraphs: its non-blank lines, stripped."""
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
 def decompose(sentences: Sequence[str], strip_words: int) -> list[str]:
-    """Strips of one document from its sentences: one strip for <= 2 sentences; otherwise
+    """Strips of one paragraph from its sentences: one strip for <= 2 sentences; otherwise
     ceil(words / strip_words) strips (at most one per sentence) of consecutive sentences, as even
     in sentence count as possible."""
     sentences = [s.strip() for s in sentences if s.strip()]

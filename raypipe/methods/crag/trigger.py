@@ -1,9 +1,14 @@
 """The action trigger (CRAG §4.3): three actions from the evaluator's scores of a request's documents.
 
-- Correct: at least one document scores >= `upper`;
-- Incorrect: every document scores < `lower` (and no document at all is Incorrect too: there is
+- Correct: at least one document scores higher than `upper`;
+- Incorrect: every document scores below `lower` (and no document at all is Incorrect too: there is
   nothing to trust);
 - Ambiguous: everything else.
+
+At the boundaries the paper's words hold: "higher than the upper threshold", "below the lower
+threshold", both strict, so a score exactly at `upper` is Ambiguous and one exactly at `lower` is not
+Incorrect (the official code compares with >= for Correct; we follow the text). A consequence worth
+having: `upper: 1.0` means "never Correct" even though tanh saturates at exactly 1.0.
 
 The ablations of Tables 2 and 11 are settings (`actions`): `no_correct` / `no_incorrect` merge that
 action into Ambiguous (§5.4: "it was merged with Ambiguous"); `no_ambiguous` keeps one threshold, so
@@ -34,8 +39,8 @@ def trigger(scores: Sequence[float], upper: float, lower: float, actions: CRAGAc
         return Action(actions.removeprefix("only_"))
     best = max(scores)
     if actions == "no_ambiguous":
-        return Action.CORRECT if best >= upper else Action.INCORRECT
-    if best >= upper:
+        return Action.CORRECT if best > upper else Action.INCORRECT
+    if best > upper:
         action = Action.CORRECT
     elif best < lower:
         action = Action.INCORRECT

@@ -3,13 +3,16 @@
 One search call for every web query of a batch on the second search source (`Toolkit.web`: the world's
 web index, or an HTTP search API). From each query's results, those from preferred (authoritative)
 sources move first, keeping their order otherwise ("pages from Wikipedia will be added
-preferentially"), and the first `web_top_k` (5) are kept. Selection with the evaluator happens with
-the internal strips (knowledge.py), so that one evaluator call scores both.
+preferentially"), and the first `web_top_k` (5) are kept. A result is a page's text (a search API's
+snippet, or the page itself when the backend fetches it, one paragraph per line); it is cut into
+strips and selected with the evaluator with the internal strips (knowledge.py), so that one
+evaluator call scores both.
 
 Failures never fail the request: a backend that still fails after its retries (timeout, 5xx), or
 answers with a malformed response, gives a `WebResult` with the reason in `error` and no results;
-the method then falls back to internal knowledge and records the failure in its trace. A malformed
-response only fails its own query: the batch is retried query by query to find which.
+the request then reads its internal knowledge if its action reads any (Ambiguous) and nothing
+otherwise (Incorrect: knowledge.py), with the failure in its trace. A malformed response only fails
+its own query: the batch is retried query by query to find which.
 """
 
 from __future__ import annotations
@@ -63,6 +66,6 @@ def search_web(web: Searcher, queries: Sequence[str], fetch_k: int, top_k: int,
             return [WebResult(queries[0], error=_failure(exc))]
         return [r for q in queries for r in search_web(web, [q], fetch_k, top_k, preferred)]
     except (RaypipeError, OSError, TimeoutError) as exc:
-        logger.warning("web search failed for %d queries, falling back to internal knowledge: %s", len(queries), exc)
+        logger.warning("web search failed for %d queries; they get no external knowledge: %s", len(queries), exc)
         return [WebResult(q, error=_failure(exc)) for q in queries]
     return [WebResult(q, prefer(list(hits), preferred, top_k)) for q, hits in zip(queries, found, strict=True)]

@@ -1,13 +1,16 @@
-"""Self-CRAG's settings: its `methods.selfcrag` section (and a request's controls). Its eval sweeps are
-CRAG's (`raypipe.methods.crag.settings.CRAGSweeps`)."""
+"""Self-CRAG's settings: its `methods.selfcrag` section (and a request's controls), and its eval sweeps:
+CRAG's ablations plus the ways its knowledge reaches Self-RAG's beam."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from raypipe.methods.crag.settings import CorrectiveSettings
+from raypipe.methods.crag.settings import CorrectiveSettings, CRAGSweeps
 from raypipe.methods.selfrag.settings import SelfRAGSettings
 from raypipe.settings.base import ServerOnly
+
+#: how CRAG's knowledge reaches Self-RAG's beam (`SelfCRAGSettings.knowledge_passages`)
+KnowledgePassages = Literal["joined", "per_source", "per_action"]
 
 
 class SelfCRAGSettings(SelfRAGSettings, CorrectiveSettings):
@@ -15,10 +18,23 @@ class SelfCRAGSettings(SelfRAGSettings, CorrectiveSettings):
     knowledge (internal for Correct, external for Incorrect, both for Ambiguous)."""
 
     #: how the knowledge reaches Self-RAG's beam. App. B.3 says only that the retrieved items are
-    #: replaced by it. "per_source" (the default; our reading): each retrieved item (a source document
-    #: or web page) is replaced by its kept strips, in order, under its title: the form Self-RAG's
-    #: generator was trained to read and critique one at a time. "joined": one passage, k = internal +
-    #: external (Algorithm 1, line 12, which feeds a plain generator). Measured on the demo's world and
-    #: generator (50 held-out questions per set, docs/results/crag.md): per_source 50 / 36 / 18% on QA / fact / MC,
-    #: joined 24 / 36 / 22%, Self-RAG itself 42 / 34 / 18%
-    knowledge_passages: ServerOnly[Literal["joined", "per_source"]] = "per_source"
+    #: replaced by it. "per_source" (the default; our reading): the evaluator's action picks the
+    #: knowledge, and each retrieved item (a source document or web page) is replaced by its kept
+    #: strips, in order, under its title: the form Self-RAG's generator was trained to read and critique
+    #: one at a time. "joined": the action's knowledge as one passage, k = internal + external
+    #: (Algorithm 1, line 12, which feeds a plain generator). "per_action" (Table 6's reading: "only
+    #: three passages are provided as input (correct, incorrect and ambiguous content)"): every request
+    #: gets the three, internal knowledge, external knowledge and the two combined, and Self-RAG's own
+    #: critique chooses among them; the action is still triggered and traced, and an action ablation
+    #: withholds that action's passage. Measured on the demo's world and generator (50 held-out
+    #: questions per set, docs/results/crag.md): per_source 50 / 36 / 18% on QA / fact / MC, joined
+    #: 24 / 36 / 22%, Self-RAG itself 42 / 34 / 18%; per_action not yet measured
+    #: (`eval.sweeps.selfcrag.knowledge_passages` compares the three on the same questions)
+    knowledge_passages: ServerOnly[KnowledgePassages] = "per_source"
+
+
+class SelfCRAGSweeps(CRAGSweeps):
+    """Self-CRAG's eval variants beside the method itself: CRAG's ablations (each `selfcrag_<ablation>`)
+    and each listed way of handing the knowledge to the beam (`selfcrag_<knowledge_passages>`)."""
+
+    knowledge_passages: list[KnowledgePassages] = []
