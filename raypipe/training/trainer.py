@@ -155,12 +155,17 @@ def _stage_summary(stats: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_train(cfg: RaypipeConfig, which: str) -> dict[str, Any]:
-    """Train `training.<which>` (critic: Self-RAG Eq. 1; generator: Eq. 2), stage after stage."""
+    """Train `training.<which>` (critic: Self-RAG Eq. 1; generator: Eq. 2), stage after stage; the
+    encoder critic (`training.critic.kind: encoder`) by its own job."""
     from raypipe.models import load_tokenizer
     from raypipe.runtime import ensure_ray
 
     if which not in WHICH:
         raise ConfigError(f"train: expected one of {WHICH}, got {which!r}")
+    if which == "critic" and cfg.training.critic.kind == "encoder":
+        from raypipe.critic.encoder_train import run_train_encoder_critic
+
+        return run_train_encoder_critic(cfg)
     tc: TrainConfig = getattr(cfg.training, which)
     _validate(tc, which)
     load_deepspeed_config(tc, bf16=False)  # a bad template fails now, not after encoding the data
