@@ -34,6 +34,7 @@ from raypipe.errors import ConfigError, DataError
 from raypipe.prompts import ASPECT_LABELS, Aspect
 from raypipe.settings.training import CriticTrainConfig
 from raypipe.training.classifier import ClassifierRun, ClassifierTask, fit_classifier, model_device
+from raypipe.training.trainer import check_positions
 
 logger = logging.getLogger(__name__)
 
@@ -143,6 +144,7 @@ def run_train_encoder_critic(cfg: RaypipeConfig) -> dict[str, Any]:
     train = read_split(data.parent, data.name)  # fails here, naming the fix, on a missing or pre-`example` split
     _check_targets(train, data)
     base, run, task = _base_model(tc), _run(tc), critic_task(tc, train)
+    check_positions(tc, "critic", base)
     start = time.perf_counter()
     ensure_ray(cfg.ray)
     trained = fit_classifier(task, run, tc, base, data, out)

@@ -55,7 +55,7 @@ def _validate(tc: TrainConfig, which: str) -> None:
                               f"known: {sorted(SPAN_KINDS)}")
 
 
-def _check_positions(tc: TrainConfig, which: str, base: str) -> None:
+def check_positions(tc: TrainConfig, which: str, base: str) -> None:
     """A `max_length` beyond the base model's positions would fail as an index error deep in a Ray
     Train worker's forward; fail here instead, naming both numbers."""
     config = Path(base) / "config.json"
@@ -176,7 +176,7 @@ def run_train(cfg: RaypipeConfig, which: str) -> dict[str, Any]:
     base = str(Path(tc.base_model).resolve())
     # fail here, not inside a Ray task, on a missing or broken base model
     prompt_format = resolve_format(tc.prompt_format, base, load_tokenizer(base))
-    _check_positions(tc, which, base)
+    check_positions(tc, which, base)
     ensure_ray(cfg.ray)
     stages: list[dict[str, Any]] = []
     for i, stage in enumerate(tc.stages):

@@ -236,3 +236,6 @@ def test_bad_training_input_fails_before_ray_naming_the_fix(tmp_path):
     cfg = _train_cfg(tmp_path, _critic_rows(), stages=[{"name": "a"}, {"name": "b"}])
     with pytest.raises(ConfigError, match="one stage"):
         run_train(cfg, "critic")
+    cfg = _train_cfg(tmp_path, _critic_rows(), max_length=1024)
+    with pytest.raises(ConfigError, match="max_length=1024 is over the 512 positions"):
+        run_train(cfg, "critic")
