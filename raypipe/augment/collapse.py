@@ -260,7 +260,10 @@ def announce(report: dict[str, Any], cfg: CollapseCheckConfig, teacher_kind: str
             logger.warning("%s: %.0f%% of D_gen's labels are %s, unchecked: no teacher sample "
                            "(augment.collapse_check.sample_rows). If the teacher's labels are mixed, %s",
                            aspect, 100 * share, label, FIX)
-    if not report["collapsed"]:
+    if not report["sample_rows"]:
+        logger.info("collapse check: no teacher sample (augment.collapse_check.sample_rows); D_gen's label "
+                    "shares are in stats.json")
+    elif not report["collapsed"]:
         logger.info("collapse check: no aspect collapsed (%d rows relabelled by the %s teacher)",
                     report["sample_rows"], teacher_kind)
     elif cfg.fail:

@@ -21,13 +21,16 @@ pytestmark = pytest.mark.slow
 
 
 def _config(world_dir: Path, work: Path) -> RaypipeConfig:
+    """About 290 training rows per aspect. Measured on this world: one epoch at 1e-4 leaves IsSup and
+    IsUse on their majority label (71% each); three at 2e-4 reach 79% and 85% (IsRel 84%, Retrieve 89%,
+    Retrieve from the input 100%)."""
     return RaypipeConfig.model_validate({
         "label": {"instances": str(world_dir / "instances"), "passages": str(world_dir / "passages"),
                   "out_dir": str(work / "critic_data"), "per_aspect": 400, "dev_fraction": 0.25,
                   "teacher": {"error_rate": 0.0}},
         "training": {"critic": {
             "kind": "encoder", "data": str(work / "critic_data" / "train"), "out_dir": str(work / "critic"),
-            "stages": [{"name": "main", "lr": 1e-4, "epochs": 1}], "micro_batch_size": 16, "max_length": 128,
+            "stages": [{"name": "main", "lr": 2e-4, "epochs": 3}], "micro_batch_size": 16, "max_length": 128,
             "num_workers": 1, "cpus_per_worker": 1, "checkpoint_every": 1000}},
     })
 
