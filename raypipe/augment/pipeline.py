@@ -16,6 +16,8 @@ rendering are stateless tasks. Execution keeps
 the input order, so the driver holds at most about one shard in memory and a shard's output is
 complete exactly when its row count is reached. Finished shards are skipped on a rerun, and every
 random choice is seeded by row id, so a resumed run writes the same bytes as an uninterrupted one.
+Last, the collapse check (`raypipe.augment.collapse`) sets D_gen's labels beside the teacher's on a
+sample of the same rows and warns, or fails the job, when the critic answered one label everywhere.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import pyarrow.parquet as pq
 
 from raypipe import tokens as T
 from raypipe.augment import stages
+from raypipe.augment.collapse import announce, run_collapse_check
 from raypipe.augment.row_sampling import apply_sampling
 from raypipe.augment.stages import REJECT, REJECT_DETAIL, REJECT_FIELD
 from raypipe.augment.state import InstanceState
@@ -433,8 +436,11 @@ def run_augment(cfg: RaypipeConfig) -> dict[str, Any]:
         "instances_per_s": round(n_in / wall, 2) if n_in and wall else 0.0,
         **_shard_stats(out_dir),
     }
+    stats["collapse_check"] = run_collapse_check(cfg, out_dir, files)
     (out_dir / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
     if ray_stats:
         (out_dir / "ray_data_stats.txt").write_text(ray_stats)
+    (out_dir / "_SUCCESS").unlink(missing_ok=True)  # a collapse that fails the job leaves none behind
+    announce(stats["collapse_check"], a.collapse_check, cfg.label.teacher.kind)
     (out_dir / "_SUCCESS").touch()
     return stats

@@ -155,27 +155,37 @@ def decide_segments(batch: Batch, critic: Critic) -> Batch:
     return store_states(batch, states)
 
 
-def retrieve_segments(batch: Batch, retriever: Searcher, k: int) -> Batch:
-    """Top-K passages for every segment that needs new evidence (query = input + segment).
+def rendered_decisions(decisions: Sequence[str | None], has_first_evidence: bool) -> list[str | None]:
+    """An output's per-segment Retrieve labels as D_gen holds them: a segment judged [Continue to Use
+    Evidence] before any passage has been inserted continues the *first* evidence, so that passage is
+    inserted there (as a retrieval) rather than referring to nothing."""
+    out: list[str | None] = []
+    inserted = False
+    for decision in decisions:
+        if decision == T.CONTINUE and not inserted and has_first_evidence:
+            decision = T.RETRIEVAL
+            inserted = True
+        elif decision == T.RETRIEVAL:
+            inserted = True
+        out.append(decision)
+    return out
 
-    A segment judged [Continue to Use Evidence] before any passage has been inserted continues the
-    *first* evidence, so that passage is inserted there (as a retrieval) rather than referring to
-    nothing.
-    """
+
+def retrieve_segments(batch: Batch, retriever: Searcher, k: int) -> Batch:
+    """Top-K passages for every segment that needs new evidence (query = input + segment); a segment
+    that continues the first evidence gets that passage (`rendered_decisions`)."""
     states = _states(batch)
     jobs: list[tuple[SegmentState, str]] = []
     for i, s in enumerate(states):
         if not s.retrieve:
             continue
-        inserted = False
-        for seg in s.segments:
-            if seg.decision == T.RETRIEVAL:
-                jobs.append((seg, f"{_x(batch, i)}\n{seg.text.strip()}"))
-                inserted = True
-            elif seg.decision == T.CONTINUE and not inserted and s.first_evidence is not None:
+        rendered = rendered_decisions([seg.decision for seg in s.segments], s.first_evidence is not None)
+        for seg, decision in zip(s.segments, rendered, strict=True):
+            if decision == T.RETRIEVAL and seg.decision == T.CONTINUE:
                 seg.decision = T.RETRIEVAL
                 seg.passages = [s.first_evidence]
-                inserted = True
+            elif decision == T.RETRIEVAL:
+                jobs.append((seg, f"{_x(batch, i)}\n{seg.text.strip()}"))
     hits = retriever.search([q for _, q in jobs], k) if jobs else []
     for (seg, _), h in zip(jobs, hits, strict=True):
         seg.passages = [_to_passage(x) for x in h]

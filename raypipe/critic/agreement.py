@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from raypipe.critic.dataset import read_split
+from raypipe.critic.dataset import read_split, split_examples
 from raypipe.critic.predict import ReflectionPredictor, make_predictor
 from raypipe.prompts import ASPECT_LABELS, Aspect
 
@@ -51,9 +51,10 @@ def agreement_report(predictor_or_model_path: ReflectionPredictor | str | Path, 
     predictor = (predictor_or_model_path if isinstance(predictor_or_model_path, ReflectionPredictor)
                  else make_predictor(predictor_or_model_path, batch_size=batch_size))
     table = read_split(*_dev_folder(dev_dir))
-    aspects = [Aspect(a) for a in table.column("aspect").to_pylist()]
+    examples = split_examples(table)
+    aspects = [ex.aspect for ex in examples]
     truth = table.column("target").to_pylist()
-    probs = predictor.predict_prompts(table.column("prompt").to_pylist(), aspects)
+    probs = predictor.distributions(examples)
     by_aspect: dict[Aspect, tuple[list[str], list[str]]] = defaultdict(lambda: ([], []))
     for aspect, t, p in zip(aspects, truth, probs, strict=True):
         by_aspect[aspect][0].append(t)

@@ -2,13 +2,15 @@
 
 Samples judgements per aspect from the instances, has the teacher label them, and writes prompt /
 target pairs: the prompt is the critic's input in the generator prompt format (`prompts.critic_prompt`)
-and the target is the reflection token (Eq. 1). Rows are split into train and dev by instance id, so
-no instance's judgements leak from one into the other; dev is what the agreement report (the paper's
+and the target is the reflection token (Eq. 1); `example` keeps the judgement's fields (instruction,
+input, preceding, evidence, output), which an encoder critic reads instead of the prompt
+(`critic_prompt(example)` is the prompt). Rows are split into train and dev by instance id, so no
+instance's judgements leak from one into the other; dev is what the agreement report (the paper's
 Table 4 analogue) scores the trained critic on.
 
 Layout under `label.out_dir`::
 
-    train/part-00000.parquet ...   id, instance_id, aspect, prompt, target
+    train/part-00000.parquet ...   id, instance_id, aspect, prompt, target, example
     dev/part-00000.parquet ...
     stats.json                     label distribution, discarded/failed counts, sizes, evidence mix
     teacher_cache.jsonl            (openai teacher) every reply so far; a rerun skips these ids
@@ -36,18 +38,21 @@ from raypipe.data.io import read_records, write_jsonl, write_parquet
 from raypipe.data.segment import Segmenter
 from raypipe.data.stable_random import stable_uniforms
 from raypipe.errors import RaypipeError
-from raypipe.prompts import critic_prompt
+from raypipe.prompts import Aspect, CriticExample, critic_prompt
 from raypipe.settings.teachers import LabelConfig
 
 logger = logging.getLogger(__name__)
 
 SPLITS = ("train", "dev")
+#: the CriticExample fields a row keeps beside its prompt ("" where unset)
+EXAMPLE_FIELDS = ("instruction", "input", "preceding", "evidence", "output")
 CRITIC_SCHEMA = pa.schema([
     pa.field("id", pa.string(), nullable=False),
     pa.field("instance_id", pa.string(), nullable=False),
     pa.field("aspect", pa.string(), nullable=False),
     pa.field("prompt", pa.string(), nullable=False),
     pa.field("target", pa.string(), nullable=False),
+    pa.field("example", pa.struct([(name, pa.string()) for name in EXAMPLE_FIELDS]), nullable=False),
 ])
 
 
@@ -57,12 +62,23 @@ def split_of(instance_id: str, cfg: LabelConfig) -> str:
     return "dev" if u < cfg.dev_fraction else "train"
 
 
-def _row(request: LabelRequest, label: str) -> dict[str, str]:
+def example_column(example: CriticExample) -> dict[str, str]:
+    """The `example` value of a row: every field, "" where unset."""
+    return {name: getattr(example, name) or "" for name in EXAMPLE_FIELDS}
+
+
+def row_example(aspect: str, fields: dict[str, str]) -> CriticExample:
+    """The judgement a row's `aspect` and `example` values hold ("" stands for an unset field, which a
+    CriticExample treats as unset)."""
+    return CriticExample(Aspect(aspect), **fields)
+
+
+def _row(request: LabelRequest, label: str) -> dict[str, Any]:
     return {"id": request.id, "instance_id": request.instance_id, "aspect": request.aspect.value,
-            "prompt": critic_prompt(request.example), "target": label}
+            "prompt": critic_prompt(request.example), "target": label, "example": example_column(request.example)}
 
 
-def _write_split(rows: list[dict[str, str]], folder: Path, shard_size: int) -> int:
+def _write_split(rows: list[dict[str, Any]], folder: Path, shard_size: int) -> int:
     """Replace the split's parts (a stale part from an earlier, larger run must not survive)."""
     folder.mkdir(parents=True, exist_ok=True)
     for old in folder.glob("part-*.parquet"):
@@ -75,8 +91,8 @@ def _write_split(rows: list[dict[str, str]], folder: Path, shard_size: int) -> i
 
 
 def _label_all(teacher: Teacher, sample: SampleResult, cfg: LabelConfig
-               ) -> tuple[dict[str, list[dict[str, str]]], dict[str, Any]]:
-    rows: dict[str, list[dict[str, str]]] = {split: [] for split in SPLITS}
+               ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any]]:
+    rows: dict[str, list[dict[str, Any]]] = {split: [] for split in SPLITS}
     per_aspect: dict[str, Any] = {}
     for aspect, requests in sample.requests.items():
         labels = teacher.label(aspect, requests)
@@ -150,5 +166,15 @@ def read_split(out_dir: str | Path, split: str) -> pa.Table:
     parts = sorted(Path(out_dir, split).glob("part-*.parquet"))
     if not parts:
         raise RaypipeError(f"no {split} parts in {out_dir}: run `raypipe label` first")
+    stale = [p for p in parts if "example" not in pq.read_schema(p).names]
+    if stale:
+        raise RaypipeError(f"{stale[0]} has no `example` column (written by an older `raypipe label`): "
+                           f"delete {out_dir} and relabel")
     return pa.concat_tables([pq.read_table(p, schema=CRITIC_SCHEMA) for p in parts])
+
+
+def split_examples(table: pa.Table) -> list[CriticExample]:
+    """The judgements of a split's rows, in row order, as the critic's consumers pass them to a critic."""
+    rows = zip(table.column("aspect").to_pylist(), table.column("example").to_pylist(), strict=True)
+    return [row_example(aspect, fields) for aspect, fields in rows]
 

@@ -4,7 +4,9 @@ Self-RAG scores segments with normalized token probabilities, p(token) / sum ove
 (§3.3, Eq. 4), and the critic's labels are the argmax of the same distribution (§3.2.2). The engine
 (raypipe.inference.engines: HF on CPU, vLLM on GPU) reads that distribution from the full logits at
 the answer position; this module only turns critic prompts into engine calls, one per aspect, since
-an aspect's prompts share their instruction (the engine runs a shared prefix once).
+an aspect's prompts share their instruction (the engine runs a shared prefix once). The encoder critic
+(`raypipe.critic.encoder`) fills the same distributions without an engine; `make_predictor` picks the
+kind a folder holds.
 """
 
 from __future__ import annotations
@@ -24,17 +26,15 @@ logger = logging.getLogger(__name__)
 
 
 class ReflectionPredictor(ABC):
-    """What the critic's consumers (augmentation, agreement report) need from a predictor.
-
-    `predict_prompts` returns, per critic prompt, the group distribution as an array in
-    ASPECT_LABELS order; `predict` the same as {label token: probability} for examples.
-    """
+    """What the critic's consumers (augmentation, the agreement report, the citation checker) need from
+    a critic, whatever its kind: `distributions` returns, per example, its aspect's label distribution
+    as an array in ASPECT_LABELS order; `predict` the same as {label token: probability}."""
 
     @abstractmethod
-    def predict_prompts(self, prompts: Sequence[str], aspects: Sequence[Aspect]) -> list[np.ndarray]: ...
+    def distributions(self, examples: Sequence[CriticExample]) -> list[np.ndarray]: ...
 
     def predict(self, examples: Sequence[CriticExample]) -> list[dict[str, float]]:
-        probs = self.predict_prompts([critic_prompt(ex) for ex in examples], [ex.aspect for ex in examples])
+        probs = self.distributions(examples)
         return [{token: float(p) for token, p in zip(ASPECT_LABELS[ex.aspect], row, strict=True)}
                 for ex, row in zip(examples, probs, strict=True)]
 
@@ -50,6 +50,9 @@ class CriticPredictor(ReflectionPredictor):
         """The critic at `model_path` on vLLM on a CUDA machine that has it (the `[gpu]` extra), on
         transformers otherwise; `batch_size` prompts per forward pass on transformers."""
         return cls(make_engine(model_path, EngineConfig(batch_size=batch_size), device=device))
+
+    def distributions(self, examples: Sequence[CriticExample]) -> list[np.ndarray]:
+        return self.predict_prompts([critic_prompt(ex) for ex in examples], [ex.aspect for ex in examples])
 
     def predict_prompts(self, prompts: Sequence[str], aspects: Sequence[Aspect]) -> list[np.ndarray]:
         if len(prompts) != len(aspects):
@@ -68,5 +71,10 @@ class CriticPredictor(ReflectionPredictor):
 
 
 def make_predictor(model_path: str | Path, batch_size: int = 64, device: str | None = None) -> ReflectionPredictor:
-    """The critic at `model_path` (see `CriticPredictor.load`)."""
+    """The critic at `model_path`, of the kind its folder holds: an encoder critic (its manifest,
+    `raypipe.critic.encoder`) or an LM critic (see `CriticPredictor.load`)."""
+    from raypipe.critic.encoder import EncoderCritic, is_encoder_critic
+
+    if is_encoder_critic(model_path):
+        return EncoderCritic(model_path, batch_size=batch_size, device=device)
     return CriticPredictor.load(model_path, batch_size=batch_size, device=device)

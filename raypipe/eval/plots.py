@@ -7,6 +7,10 @@
   (the support the weight buys; the paper shows citation precision and MAUVE on ASQA);
 - CRAG's Figure 3: each method's score as accurate retrieval results are removed, against no
   retrieval (raypipe.eval.robustness).
+
+A panel with nothing to draw (no judged item, no IsSup score at any weight) says so in words: empty
+axes read as a plotting bug, and the reason is the finding (issue 31's generator never wrote IsSup).
+Each plot is a `*_figure` function (what the tests inspect) and a `plot_*` that saves it.
 """
 
 from __future__ import annotations
@@ -26,14 +30,40 @@ Point = dict[str, float | None]
 _MARKERS = ("o", "s", "^", "D", "v", "P")
 
 
+def _nothing_to_show(ax: plt.Axes, why: str) -> None:
+    """The panel keeps its title and says why it is empty instead of drawing bare axes."""
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.text(0.5, 0.5, f"nothing to show:\n{why}", transform=ax.transAxes, ha="center", va="center",
+            fontsize=9, color="0.35", wrap=True)
+
+
+def _finish(ax: plt.Axes, why_empty: str, **legend: Any) -> None:
+    """Grid and legend on a panel with lines; the reason on one without."""
+    if not ax.lines:
+        _nothing_to_show(ax, why_empty)
+        return
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, **legend)
+
+
 def plot_threshold_sweep(points: dict[str, list[Point]], path: str | Path) -> Path:
+    """Fig. 3c and the retrieval frequency per set (`threshold_sweep_figure`), saved to `path`."""
+    fig, acc_ax, labels = threshold_sweep_figure(points)
+    fig.tight_layout()
+    place_labels(acc_ax, labels)
+    return _save(fig, path, layout=False)
+
+
+def threshold_sweep_figure(points: dict[str, list[Point]]) -> tuple[plt.Figure, plt.Axes, list[tuple[float, float, str, str]]]:
     """`points[set]`: dicts with threshold, retrieval_frequency and accuracy (None for a set with no
     judged item, e.g. creative instructions only).
 
     Left: retrieval frequency per set as δ varies; with a set of instructions that need no retrieval
     beside the knowledge sets, this is where adaptivity shows (retrieval should stop on the one and
     go on on the others). Right: Fig. 3c, accuracy against retrieval frequency, each point labelled
-    by its δ (coincident points share one label; labels are placed so they do not overlap)."""
+    by its δ (coincident points share one label; the labels are returned, to be placed once the
+    figure's layout is final)."""
     fig, (freq_ax, acc_ax) = plt.subplots(1, 2, figsize=(10, 4.2))
     labels: list[tuple[float, float, str, str]] = []
     for k, (name, rows) in enumerate(sorted(points.items())):
@@ -53,33 +83,42 @@ def plot_threshold_sweep(points: dict[str, list[Point]], path: str | Path) -> Pa
                 ylim=(-5, 105), title="Retrieval frequency by eval set")
     acc_ax.set(xlabel="retrieval frequency (%)", ylabel="accuracy (%)", xlim=(-5, 105), ylim=(-5, 105),
                title="Frequency vs accuracy (Self-RAG Fig. 3c)")
-    for ax in (freq_ax, acc_ax):
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="best")
-    fig.tight_layout()
-    place_labels(acc_ax, labels)
-    return _save(fig, path, layout=False)
+    _finish(freq_ax, "no sweep point", loc="best")
+    _finish(acc_ax, "no eval set has a judged item", loc="best")
+    return fig, acc_ax, labels
 
 
 def plot_weight_sweep(points: dict[str, list[Point]], path: str | Path) -> Path:
-    """`points[set]`: dicts with w_is_sup, accuracy and is_sup (None when nothing was retrieved)."""
+    """Fig. 3b's analogue (`weight_sweep_figure`), saved to `path`."""
+    return _save(weight_sweep_figure(points), path)
+
+
+def weight_sweep_figure(points: dict[str, list[Point]]) -> plt.Figure:
+    """`points[set]`: dicts with w_is_sup, accuracy and is_sup (None when no cited segment has an
+    IsSup score: nothing retrieved, or the generator wrote no IsSup token)."""
     fig, (acc_ax, sup_ax) = plt.subplots(1, 2, figsize=(9, 4))
     for name, rows in sorted(points.items()):
         rows = sorted(rows, key=lambda r: r["w_is_sup"])
         judged = [r for r in rows if r["accuracy"] is not None]  # a set of creative instructions has none
-        acc_ax.plot([r["w_is_sup"] for r in judged], [100 * r["accuracy"] for r in judged], marker="o", label=name)
         with_sup = [r for r in rows if r["is_sup"] is not None]
-        sup_ax.plot([r["w_is_sup"] for r in with_sup], [r["is_sup"] for r in with_sup], marker="s", label=name)
+        if judged:
+            acc_ax.plot([r["w_is_sup"] for r in judged], [100 * r["accuracy"] for r in judged], marker="o", label=name)
+        if with_sup:
+            sup_ax.plot([r["w_is_sup"] for r in with_sup], [r["is_sup"] for r in with_sup], marker="s", label=name)
     acc_ax.set(xlabel="IsSup weight", ylabel="accuracy (%)", ylim=(-5, 105), title="Accuracy")
     sup_ax.set(xlabel="IsSup weight", ylabel="mean s_IsSup of chosen segments", ylim=(-0.05, 1.05), title="Support")
-    for ax in (acc_ax, sup_ax):
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+    _finish(acc_ax, "no eval set has a judged item")
+    _finish(sup_ax, "no cited segment has an IsSup score at any\nweight (nothing retrieved, or the\ngenerator wrote no IsSup token)")
     fig.suptitle("Effect of the IsSup weight (soft constraint)")
-    return _save(fig, path)
+    return fig
 
 
 def plot_robustness(robustness: dict[str, Any], path: str | Path) -> Path:
+    """CRAG Fig. 3 (`robustness_figure`), saved to `path`."""
+    return _save(robustness_figure(robustness), path)
+
+
+def robustness_figure(robustness: dict[str, Any]) -> plt.Figure:
     """CRAG Fig. 3, one panel per eval set: each method's score (`robustness["curves"][set][method]`:
     rate and value) against the share of accurate retrieval results removed, and a dashed horizontal
     line for each no-retrieval variant (`robustness["no_retrieval"][set]`)."""
@@ -88,8 +127,9 @@ def plot_robustness(robustness: dict[str, Any], path: str | Path) -> Path:
     for ax, name in zip(axes[0], sets, strict=False):
         for k, (method, points) in enumerate(sorted(robustness["curves"][name].items())):
             drawn = [p for p in points if p["value"] is not None]
-            ax.plot([100 * p["rate"] for p in drawn], [100 * p["value"] for p in drawn],
-                    marker=_MARKERS[k % len(_MARKERS)], label=method)
+            if drawn:
+                ax.plot([100 * p["rate"] for p in drawn], [100 * p["value"] for p in drawn],
+                        marker=_MARKERS[k % len(_MARKERS)], label=method)
         for k, (variant, value) in enumerate(sorted(robustness["no_retrieval"].get(name, {}).items())):
             if value is not None:
                 ax.axhline(100 * value, color="0.4", linestyle=("--", ":", "-.")[k % 3],
@@ -97,10 +137,11 @@ def plot_robustness(robustness: dict[str, Any], path: str | Path) -> Path:
         metric = "FactScore" if robustness["metric"][name] == "factscore" else "accuracy"
         ax.set(xlabel="accurate retrieval results removed (%)", ylabel=f"{metric} (%)", xlim=(-5, 105),
                ylim=(-5, 105), title=name)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="best")
+        _finish(ax, f"no {metric} at any removal rate", loc="best")
+    if not sets:
+        _finish(axes[0][0], "no eval set with gold passages to remove")
     fig.suptitle("Robustness to retrieval performance (CRAG Fig. 3)")
-    return _save(fig, path)
+    return fig
 
 
 def _coincident(xs: list[float], ys: list[float], deltas: list[float]) -> dict[tuple[float, float], list[float]]:

@@ -9,7 +9,9 @@ Outputs in `eval.out_dir`:
 - metrics.json: `accuracy`, `exact_match`, `retrieval_frequency` and `factscore` keyed by headline
   variant (Self-RAG's never, adaptive, always; other methods by name; pooled over all sets), `per_set`
   and `overall` for every variant (Self-Reasoning's with `trajectory_parse_rate` and `parse_failures`
-  by cause), the sweeps, `robustness` when `eval.robustness.enabled`, and
+  by cause), the sweeps, `critique` (per variant of Self-RAG's beam: how often
+  the generator's IsRel ranks the gold passage above a look-alike's, raypipe.eval.critique),
+  `robustness` when `eval.robustness.enabled`, and
   `longform` (per long-form set with the world's ground truth, per variant: EM recall and ALCE
   citation recall and precision, judged by `trajectories.qc`'s support checker);
 - threshold_sweep.png (paper Fig. 3c) and is_sup_weight_sweep.png (Fig. 3b); robustness.png (CRAG
@@ -31,6 +33,7 @@ from typing import Any
 from raypipe.config import RaypipeConfig
 from raypipe.data.io import write_jsonl
 from raypipe.errors import ConfigError, DataError, ModelError
+from raypipe.eval.critique import describe, variant_ranking
 from raypipe.eval.datasets import EvalItem, read_eval_sets
 from raypipe.eval.metrics import judge, summarize
 from raypipe.eval.plots import plot_robustness, plot_threshold_sweep, plot_weight_sweep
@@ -274,6 +277,9 @@ def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None
     longform = _longform_citations(cfg, predictions_dir, variants, citation_sets)
     parsing = {v: {"rate": round(m["trajectory_parse_rate"], 3), "failures": m["parse_failures"]}
                for v, m in overall.items() if m["trajectory_parse_rate"] is not None}
+    gold = {(item.set, item.id): set(item.passage_ids) for item in items if item.passage_ids}
+    critique = {v.name: ranking for v in variants
+                if (ranking := variant_ranking(predictions_dir / f"{v.name}.jsonl", gold)) is not None}
     metrics = {
         "generator": cfg.eval.generator,
         "methods": cfg.eval.methods,
@@ -284,6 +290,7 @@ def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None
         "per_set": per_set,
         "overall": overall,
         "sweeps": sweeps,
+        **({"critique": critique} if critique else {}),
         **({"robustness": robustness} if robustness is not None else {}),
         **({"longform": longform} if longform else {}),
         "eval_sets": {name: r.as_dict() for name, r in reports.items()},
@@ -303,6 +310,8 @@ def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None
                                             for name, by_variant in longform.items() for v, m in by_variant.items()}}
            if longform else {}),
         **({"trajectory parse rate (failures by cause)": parsing} if parsing else {}),
+        **({"critique vs look-alikes": {name: describe(critique[name]["all"]) for name in headline if name in critique}}
+           if any(name in critique for name in headline) else {}),
         "variants decoded": len(decode),
         "variants reused": len(variants) - len(decode),  # finished before, or the same as one decoded
         "plots": ", ".join(plots.values()) or "none",

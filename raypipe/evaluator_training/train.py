@@ -9,8 +9,9 @@ Layout under `crag.train.out_dir` (the conventions of `raypipe train`)::
     checkpoints/evaluator/      Ray Train run storage: model + optimizer + position, every
                                 `checkpoint_every` steps; an interrupted run resumes from the latest
 
-The run goes through the training harness every Ray Train job shares (`raypipe.training.harness`);
-what is the evaluator's own is its data, its per-worker loop and the manifest beside the export.
+The run is the small-classifier loop the encoder critic shares (`raypipe.training.classifier`, over
+the harness every Ray Train job shares); what is the evaluator's own is its data, its model and loss
+(`raypipe.evaluator_training.task`) and the manifest beside the export.
 """
 
 from __future__ import annotations
@@ -24,11 +25,11 @@ from typing import Any
 from raypipe.config import RaypipeConfig
 from raypipe.errors import ConfigError
 from raypipe.evaluator_training.data import write_pairs
-from raypipe.evaluator_training.loop import train_loop_per_worker
 from raypipe.evaluator_training.report import report
+from raypipe.evaluator_training.task import EvaluatorTask
 from raypipe.methods.crag.retrieval_evaluator import MANIFEST, OUTPUT, CrossEncoderRetrievalEvaluator
 from raypipe.settings.crag_tools import EvaluatorTrainConfig
-from raypipe.training.harness import choose_gpu, fit_and_export
+from raypipe.training.classifier import ClassifierRun, fit_classifier
 
 logger = logging.getLogger(__name__)
 
@@ -46,14 +47,13 @@ def _base_model(tc: EvaluatorTrainConfig) -> str:
 
 def fit(tc: EvaluatorTrainConfig, base_model: str, data: Path, out: Path) -> dict[str, Any]:
     """Train on Ray Train and export the evaluator folder to `out`."""
-    state = fit_and_export(
-        train_loop_per_worker, {"train": tc.model_dump(), "base_model": base_model, "data": str(data)}, tc,
-        use_gpu=choose_gpu(tc), run_name=_RUN_NAME, storage=out / "checkpoints", export_dir=out,
-        what="evaluator training",
-    )
+    run = ClassifierRun(name=_RUN_NAME, epochs=tc.epochs, lr=tc.lr, batch_size=tc.batch_size,
+                        warmup_ratio=tc.warmup_ratio, weight_decay=tc.weight_decay,
+                        checkpoint_every=tc.checkpoint_every, seed=tc.seed)
+    trained = fit_classifier(EvaluatorTask(tc.max_length), run, tc, base_model, data, out)
     (out / MANIFEST).write_text(json.dumps({"kind": "crag-retrieval-evaluator", "output": OUTPUT,
                                             "base_model": base_model, "max_length": tc.max_length}, indent=2) + "\n")
-    return {**state.summary, "history": state.history}
+    return trained
 
 
 def run_train_evaluator(cfg: RaypipeConfig) -> dict[str, Any]:

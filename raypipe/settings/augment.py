@@ -20,11 +20,30 @@ class SamplingConfig(Section):
     seed: int = 0
 
 
+class CollapseCheckConfig(Section):
+    """After augmentation, the critic's labels in D_gen beside the teacher's on a sample of the same
+    rows, per aspect (`raypipe.augment.collapse`): a critic that answers one label everywhere makes a
+    generator that writes one fixed critique, and nothing downstream would say so."""
+
+    #: D_gen rows the teacher (`label.teacher`) relabels: every judgement the critic made on them.
+    #: None = 200 with the oracle teacher (free) and 0 with an OpenAI teacher (each row costs a few
+    #: requests per sentence and passage); 0 = no teacher sample, D_gen's shares alone
+    sample_rows: int | None = Field(None, ge=0)
+    #: an aspect is collapsed when one label takes more than this share of D_gen's labels while the
+    #: teacher's top label on the sample takes no more (the issue's bar: 95%)
+    max_share: float = Field(0.95, gt=0.0, le=1.0)
+    #: a collapsed aspect fails the job (after stats.json is written, before _SUCCESS) instead of
+    #: warning; off by default so a first run still shows how far it got
+    fail: bool = False
+    seed: int = 0
+
+
 class AugmentConfig(Section):
     instances: str = default_path("augment.instances")
     critic: str = default_path("augment.critic")
     out_dir: str = default_path("augment.out_dir")
     sampling: SamplingConfig = SamplingConfig()
+    collapse_check: CollapseCheckConfig = CollapseCheckConfig()
     #: `fused`: each actor holds the critic, the retriever and the splitter and runs all of
     #: Algorithm 3 on its batch (`workers` actors of `worker_cpus`): one busy process per core, the
     #: fastest on CPU. `staged`: one actor pool per model stage (three critic pools of `critic_actors`,

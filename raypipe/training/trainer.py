@@ -55,7 +55,7 @@ def _validate(tc: TrainConfig, which: str) -> None:
                               f"known: {sorted(SPAN_KINDS)}")
 
 
-def _check_positions(tc: TrainConfig, which: str, base: str) -> None:
+def check_positions(tc: TrainConfig, which: str, base: str) -> None:
     """A `max_length` beyond the base model's positions would fail as an index error deep in a Ray
     Train worker's forward; fail here instead, naming both numbers."""
     config = Path(base) / "config.json"
@@ -155,12 +155,17 @@ def _stage_summary(stats: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_train(cfg: RaypipeConfig, which: str) -> dict[str, Any]:
-    """Train `training.<which>` (critic: Self-RAG Eq. 1; generator: Eq. 2), stage after stage."""
+    """Train `training.<which>` (critic: Self-RAG Eq. 1; generator: Eq. 2), stage after stage; the
+    encoder critic (`training.critic.kind: encoder`) by its own job."""
     from raypipe.models import load_tokenizer
     from raypipe.runtime import ensure_ray
 
     if which not in WHICH:
         raise ConfigError(f"train: expected one of {WHICH}, got {which!r}")
+    if which == "critic" and cfg.training.critic.kind == "encoder":
+        from raypipe.critic.encoder_train import run_train_encoder_critic
+
+        return run_train_encoder_critic(cfg)
     tc: TrainConfig = getattr(cfg.training, which)
     _validate(tc, which)
     load_deepspeed_config(tc, bf16=False)  # a bad template fails now, not after encoding the data
@@ -171,7 +176,7 @@ def run_train(cfg: RaypipeConfig, which: str) -> dict[str, Any]:
     base = str(Path(tc.base_model).resolve())
     # fail here, not inside a Ray task, on a missing or broken base model
     prompt_format = resolve_format(tc.prompt_format, base, load_tokenizer(base))
-    _check_positions(tc, which, base)
+    check_positions(tc, which, base)
     ensure_ray(cfg.ray)
     stages: list[dict[str, Any]] = []
     for i, stage in enumerate(tc.stages):

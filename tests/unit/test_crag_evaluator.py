@@ -10,12 +10,12 @@ import pytest
 from raypipe.data.world_entities import World
 from raypipe.errors import ModelError
 from raypipe.evaluator_training.data import build_pairs, heldout_entity, passage_by_id, write_pairs
-from raypipe.evaluator_training.loop import steps_per_epoch
 from raypipe.evaluator_training.report import confusion, suggest_thresholds
 from raypipe.methods.crag.retrieval_evaluator import load_evaluator
 from raypipe.retrieval.types import Passage
 from raypipe.settings.crag_tools import EvaluatorConfig, EvaluatorTrainConfig
 from raypipe.settings.data import WorldConfig
+from raypipe.training.classifier import steps_per_epoch
 
 
 def _world(world_dir) -> tuple[WorldConfig, World]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -11,10 +11,11 @@ import pytest
 
 from raypipe import tokens
 from raypipe.critic.agreement import agreement_report
-from raypipe.critic.dataset import CRITIC_SCHEMA
+from raypipe.critic.dataset import CRITIC_SCHEMA, example_column, read_split
 from raypipe.critic.predict import ReflectionPredictor
 from raypipe.data.io import write_parquet
-from raypipe.prompts import ASPECT_LABELS, Aspect
+from raypipe.errors import RaypipeError
+from raypipe.prompts import ASPECT_LABELS, Aspect, CriticExample, critic_prompt
 
 # (aspect, teacher label, the label the stub critic answers)
 DEV = [
@@ -28,23 +29,32 @@ DEV = [
 
 
 class StubCritic(ReflectionPredictor):
-    """Puts 0.7 on the label named in the prompt, the rest spread over the group."""
+    """Puts 0.7 on the label named in the example's instruction, the rest spread over the group."""
 
-    def predict_prompts(self, prompts: Sequence[str], aspects: Sequence[Aspect]) -> list[np.ndarray]:
+    def distributions(self, examples: Sequence[CriticExample]) -> list[np.ndarray]:
         out = []
-        for prompt, aspect in zip(prompts, aspects, strict=True):
-            labels = ASPECT_LABELS[Aspect(aspect)]
+        for ex in examples:
+            labels = ASPECT_LABELS[ex.aspect]
             probs = np.full(len(labels), 0.3 / (len(labels) - 1))
-            probs[labels.index(prompt)] = 0.7
+            probs[labels.index(ex.instruction)] = 0.7
             out.append(probs)
         return out
 
 
+def _dev_rows(instruction: Callable[[str], str]) -> list[dict]:
+    """D_critic rows of DEV whose examples' instruction is `instruction(answer)`."""
+    rows = []
+    for i, (aspect, truth, answer) in enumerate(DEV):
+        example = CriticExample(aspect, instruction(answer), evidence="Title\nA passage." if aspect == "is_rel" else None,
+                                output="An output." if aspect == "is_use" else "")
+        rows.append({"id": f"r{i}", "instance_id": f"i{i}", "aspect": aspect, "prompt": critic_prompt(example),
+                     "target": truth, "example": example_column(example)})
+    return rows
+
+
 @pytest.fixture
 def dev_dir(tmp_path):
-    rows = [{"id": f"r{i}", "instance_id": f"i{i}", "aspect": a, "prompt": answer, "target": truth}
-            for i, (a, truth, answer) in enumerate(DEV)]
-    write_parquet(pa.Table.from_pylist(rows, schema=CRITIC_SCHEMA), tmp_path / "dev" / "part-00000.parquet")
+    write_parquet(pa.Table.from_pylist(_dev_rows(str), schema=CRITIC_SCHEMA), tmp_path / "dev" / "part-00000.parquet")
     return tmp_path
 
 
@@ -70,12 +80,18 @@ def test_accepts_the_dev_folder_itself(dev_dir):
 
 
 def test_a_checkpoint_path_gives_a_well_formed_report(dev_dir, tiny_model_dir, tmp_path):
-    rows = [{"id": f"r{i}", "instance_id": f"i{i}", "aspect": a,
-             "prompt": f"### Instruction:\nJudge.\n\n### Input:\n{answer}\n\n### Response:\n", "target": truth}
-            for i, (a, truth, answer) in enumerate(DEV)]
+    rows = _dev_rows(lambda answer: f"Judge {answer}.")
     write_parquet(pa.Table.from_pylist(rows, schema=CRITIC_SCHEMA), tmp_path / "d" / "dev" / "part-00000.parquet")
     report = agreement_report(tiny_model_dir, tmp_path / "d", show=False)
     assert report["n"] == 6 and 0.0 <= report["accuracy"] <= 1.0
     for aspect, r in report["aspects"].items():
         assert sum(sum(row.values()) for row in r["confusion"].values()) == r["n"]
         assert list(r["confusion"]) == list(ASPECT_LABELS[Aspect(aspect)])
+
+
+def test_a_split_without_example_fields_names_the_fix(tmp_path):
+    old = pa.schema([f for f in CRITIC_SCHEMA if f.name != "example"])
+    rows = [{k: v for k, v in r.items() if k != "example"} for r in _dev_rows(str)]
+    write_parquet(pa.Table.from_pylist(rows, schema=old), tmp_path / "dev" / "part-00000.parquet")
+    with pytest.raises(RaypipeError, match="relabel"):
+        read_split(tmp_path, "dev")

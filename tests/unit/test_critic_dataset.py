@@ -11,9 +11,9 @@ import pytest
 
 from raypipe import tokens
 from raypipe.config import RaypipeConfig
-from raypipe.critic.dataset import run_label
+from raypipe.critic.dataset import read_split, run_label, split_examples
 from raypipe.errors import DataError
-from raypipe.prompts import ASPECT_LABELS, Aspect
+from raypipe.prompts import ASPECT_LABELS, Aspect, critic_prompt
 
 
 def _cfg(world: Path, out: Path, **label) -> RaypipeConfig:
@@ -43,7 +43,22 @@ def test_layout_and_columns(labeled):
     for split in ("train", "dev"):
         assert sorted(p.name for p in (out / split).iterdir()) == ["part-00000.parquet"]
         assert pq.read_schema(out / split / "part-00000.parquet").names == [
-            "id", "instance_id", "aspect", "prompt", "target"]
+            "id", "instance_id", "aspect", "prompt", "target", "example"]
+
+
+def test_example_fields_rebuild_the_prompt_of_their_row(labeled):
+    """The encoder critic reads `example`, the LM critic `prompt`: both must be the same judgement."""
+    out, _ = labeled
+    for split in ("train", "dev"):
+        table = read_split(out, split)
+        examples = split_examples(table)
+        assert [critic_prompt(ex) for ex in examples] == table.column("prompt").to_pylist()
+        assert [ex.aspect.value for ex in examples] == table.column("aspect").to_pylist()
+        # every aspect's judged fields are there, not just the instruction
+        by_aspect = {ex.aspect: ex for ex in examples}
+        assert set(by_aspect) == set(Aspect)
+        assert by_aspect[Aspect.IS_SUP].evidence and by_aspect[Aspect.IS_SUP].output
+        assert by_aspect[Aspect.IS_USE].output and not by_aspect[Aspect.IS_USE].evidence
 
 
 def test_every_aspect_is_sampled_with_a_mix_of_labels(labeled):

@@ -56,3 +56,42 @@ def test_weight_plot_skips_sets_without_accuracy(tmp_path):
     points = {"qa": [{"w_is_sup": w, "accuracy": 0.3, "is_sup": 0.5} for w in (0.0, 1.0)],
               "noret": [{"w_is_sup": w, "accuracy": None, "is_sup": None} for w in (0.0, 1.0)]}
     assert plot_weight_sweep(points, tmp_path / "w.png").is_file()
+
+
+def _says_nothing(ax) -> bool:
+    return any(t.get_text().startswith("nothing to show") for t in ax.texts)
+
+
+def test_a_panel_with_nothing_to_draw_says_so_instead_of_drawing_empty_axes():
+    from raypipe.eval.plots import weight_sweep_figure
+
+    # issue 31's generator never wrote IsSup: every support value is None, at every weight
+    no_support = {name: [{"w_is_sup": w, "accuracy": 0.42, "is_sup": None} for w in (0.0, 1.0)]
+                  for name in ("heldout_qa", "heldout_fact")}
+    fig = weight_sweep_figure(no_support)
+    acc_ax, sup_ax = fig.axes
+    assert len(acc_ax.lines) == 2 and not _says_nothing(acc_ax) and acc_ax.get_legend() is not None
+    assert not sup_ax.lines and _says_nothing(sup_ax) and sup_ax.get_legend() is None
+    assert "IsSup" in next(t.get_text() for t in sup_ax.texts) and sup_ax.get_title() == "Support"
+    plt.close(fig)
+    with_support = {"heldout_qa": [{"w_is_sup": w, "accuracy": 0.4, "is_sup": s} for w, s in ((0.0, 0.2), (1.0, 0.6))]}
+    fig = weight_sweep_figure(with_support)
+    assert not any(_says_nothing(ax) for ax in fig.axes) and len(fig.axes[1].lines) == 1
+    plt.close(fig)
+
+
+def test_threshold_and_robustness_panels_without_values_say_so():
+    from raypipe.eval.plots import robustness_figure, threshold_sweep_figure
+
+    fig, acc_ax, labels = threshold_sweep_figure({"noret": _sweep([1, 0.9, 0.7, 0.2, 0.05, 0, 0], [None] * 7)})
+    freq_ax = fig.axes[0]
+    assert _says_nothing(acc_ax) and not labels and not _says_nothing(freq_ax)
+    plt.close(fig)
+    robustness = {"curves": {"qa": {"selfrag": [{"rate": r, "value": None} for r in (0.0, 0.5)]},
+                             "fact": {"selfrag": [{"rate": r, "value": 0.5} for r in (0.0, 0.5)]}},
+                  "no_retrieval": {}, "metric": {"qa": "accuracy", "fact": "accuracy"}}
+    fig = robustness_figure(robustness)
+    by_title = {ax.get_title(): ax for ax in fig.axes}
+    assert _says_nothing(by_title["qa"]) and not by_title["qa"].lines
+    assert not _says_nothing(by_title["fact"]) and len(by_title["fact"].lines) == 1
+    plt.close(fig)

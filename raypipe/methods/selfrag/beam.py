@@ -102,6 +102,10 @@ class _Search:
     completed: list[_Hypothesis] = field(default_factory=list)
     n_retrievals: int = 0
     constraints_relaxed: bool = False
+    #: the passages of the request's first retrieval (query x) with the generator's s_IsRel of each:
+    #: how eval measures whether the critique ranks the gold passage above a look-alike's
+    first_retrieval: list[dict[str, Any]] | None = None
+    first_parent: _Hypothesis | None = None
 
 
 @dataclass
@@ -178,7 +182,9 @@ class BeamSearch:
         generations = self.engine.generate([e.prompt for e in expansions], self.params)
         children: dict[int, list[tuple[_Hypothesis, bool]]] = {}
         for e, g in zip(expansions, generations, strict=True):
-            children.setdefault(id(e.search), []).append(self._child(e, g))
+            child = self._child(e, g)
+            children.setdefault(id(e.search), []).append(child)
+            _note_first_retrieval(e, child[0])
         for search in {id(s): s for s, _ in work}.values():
             self._select(search, children[id(search)])
 
@@ -225,6 +231,8 @@ class BeamSearch:
         best = search.beams[0]
         trace = {"raw": best.raw, "score": best.score, "segments": [s.as_dict() for s in best.segments],
                  "constraints_relaxed": search.constraints_relaxed}
+        if search.first_retrieval is not None:
+            trace["first_retrieval"] = search.first_retrieval
         result = MethodResult(text=best.text, citations=[s.citation for s in best.segments if s.citation],
                               n_retrievals=search.n_retrievals, trace=trace)
         if search.request.options:
@@ -232,3 +240,16 @@ class BeamSearch:
             answer = aggregate_options(((h.text, h.score) for h in candidates), search.request.options)
             result.option, result.option_scores = answer.option, answer.scores
         return result
+
+
+def _note_first_retrieval(e: _Expansion, child: _Hypothesis) -> None:
+    """Record `e`'s passage and the s_IsRel its continuation read, if `e` belongs to the first
+    retrieval of its request (one parent's K passages: the first that retrieved, the best-ranked
+    when several beams retrieve in that step)."""
+    search = e.search
+    if e.passage is None or (search.first_retrieval is not None and search.first_parent is not e.parent):
+        return
+    if search.first_retrieval is None:
+        search.first_retrieval, search.first_parent = [], e.parent
+    search.first_retrieval.append({"passage_id": e.passage.id, "title": e.passage.title,
+                                   "is_rel": child.segments[-1].score.critique.get(Group.IS_REL)})
