@@ -31,7 +31,7 @@ def _config(world_dir: Path, work: Path) -> RaypipeConfig:
         "training": {"critic": {
             "kind": "encoder", "data": str(work / "critic_data" / "train"), "out_dir": str(work / "critic"),
             "stages": [{"name": "main", "lr": 2e-4, "epochs": 3}], "micro_batch_size": 16, "max_length": 128,
-            "num_workers": 1, "cpus_per_worker": 1, "checkpoint_every": 1000}},
+            "num_workers": 1, "cpus_per_worker": 2, "checkpoint_every": 1000}},
     })
 
 
