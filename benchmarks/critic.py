@@ -1,6 +1,6 @@
-"""Critic prediction throughput on the tiny critic, in one run:
+"""Critic prediction throughput, in one run, on the tiny critic or any critic folder (`--model`):
 
-1. batched (`predict_prompts` on all rows, 64 per forward pass) vs one prompt per call, same process,
+1. batched (`distributions` on all rows, 64 per forward pass) vs one judgement per call, same process,
    one torch thread;
 2. through Ray Data with 2 actors vs 1 (each actor 1 CPU and 1 torch thread, so the comparison is
    about parallelism, not about threads).
@@ -12,10 +12,12 @@ state a long labeling job sees; the wall-clock ratio including start-up is repor
     python -m benchmarks.critic            # full run
     python -m benchmarks.critic --quick    # < 1 min
     python -m benchmarks.critic --quick --model runs/demo/models/smollm2   # another critic's cost
+    python -m benchmarks.critic --model runs/demo/models/critic          # the demo's (encoder) critic
 
-`--model` measures a model folder (one with the reflection tokens, e.g. `raypipe models import`'s
-SmolLM2) on the same prompts in place of the tiny critic: what a larger critic would cost the
-augmentation, which asks the critic several times per instance.
+`--model` measures a critic folder of either kind (`raypipe.critic.predict.make_predictor`: an LM with
+the reflection tokens, e.g. `raypipe models import`'s SmolLM2, or a trained encoder critic) on the same
+judgements in place of the tiny critic: what it costs the augmentation, which asks the critic several
+times per instance.
 """
 
 from __future__ import annotations
@@ -60,33 +62,39 @@ def build_inputs(work: Path, instances: int, per_aspect: int) -> tuple[Path, lis
         "out_dir": str(work / "critic_data"), "per_aspect": per_aspect, "dev_fraction": 0.0}})
     run_label(cfg)
     table = read_split(work / "critic_data", "train")
-    rows = [{"id": r["id"], "prompt": r["prompt"], "aspect": r["aspect"]} for r in table.to_pylist()]
+    rows = [{"id": r["id"], "prompt": r["prompt"], "aspect": r["aspect"], "example": r["example"]}
+            for r in table.to_pylist()]
     return model_dir, rows
 
 
-def rows_per_second(predictor, rows: list[dict], one_at_a_time: bool) -> dict:
-    """Throughput of `predict_prompts` over all rows in one call, or called once per row (the naive
-    loop a caller without batching would write)."""
-    from raypipe.prompts import Aspect
+def examples_of(rows: list[dict]) -> list:
+    """The judgements the rows hold, as every critic kind reads them."""
+    from raypipe.critic.dataset import row_example
 
-    prompts, aspects = [r["prompt"] for r in rows], [Aspect(r["aspect"]) for r in rows]
-    predictor.predict_prompts(prompts[:2], aspects[:2])  # warm-up: first-call allocations
+    return [row_example(r["aspect"], r["example"]) for r in rows]
+
+
+def rows_per_second(predictor, rows: list[dict], one_at_a_time: bool) -> dict:
+    """Throughput of `distributions` over all rows in one call, or called once per row (the naive
+    loop a caller without batching would write)."""
+    examples = examples_of(rows)
+    predictor.distributions(examples[:2])  # warm-up: first-call allocations
     with timer() as t:
         if one_at_a_time:
-            for prompt, aspect in zip(prompts, aspects, strict=True):
-                predictor.predict_prompts([prompt], [aspect])
+            for example in examples:
+                predictor.distributions([example])
         else:
-            predictor.predict_prompts(prompts, aspects)
+            predictor.distributions(examples)
     return {"rows": len(rows), "seconds": round(t.seconds, 3), "rows_per_s": round(len(rows) / t.seconds, 2)}
 
 
 def batched_vs_single(model_dir: Path, rows: list[dict], single_rows: int) -> dict:
     import torch
 
-    from raypipe.critic.predict import CriticPredictor
+    from raypipe.critic.predict import make_predictor
 
     torch.set_num_threads(1)
-    predictor = CriticPredictor.load(model_dir, batch_size=BATCH_SIZE, device="cpu")
+    predictor = make_predictor(model_dir, batch_size=BATCH_SIZE, device="cpu")
     sample = rows[:: max(1, len(rows) // single_rows)][:single_rows]  # every aspect, in proportion
     batched = rows_per_second(predictor, rows, one_at_a_time=False)
     single = rows_per_second(predictor, sample, one_at_a_time=True)
@@ -100,13 +108,14 @@ class CriticActor:
     def __init__(self, model_dir: str):
         import torch
 
-        from raypipe.critic.predict import CriticPredictor
+        from raypipe.critic.predict import make_predictor
 
         torch.set_num_threads(1)
-        self.predictor = CriticPredictor.load(model_dir, batch_size=BATCH_SIZE, device="cpu")
+        self.predictor = make_predictor(model_dir, batch_size=BATCH_SIZE, device="cpu")
 
     def __call__(self, batch: dict) -> dict:
-        probs = self.predictor.predict_prompts(list(batch["prompt"]), list(batch["aspect"]))
+        rows = [{"aspect": a, "example": e} for a, e in zip(batch["aspect"], batch["example"], strict=True)]
+        probs = self.predictor.distributions(examples_of(rows))
         return {"id": batch["id"], "probs": [p.tolist() for p in probs]}
 
 
@@ -134,13 +143,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.critic", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes, finishes in under a minute")
-    parser.add_argument("--model", type=Path, help="a critic model folder to measure instead of the untrained "
-                        "tiny critic (it must hold the reflection tokens), e.g. runs/demo/models/smollm2")
+    parser.add_argument("--model", type=Path, help="a critic folder to measure instead of the untrained tiny "
+                        "critic: an LM holding the reflection tokens (e.g. runs/demo/models/smollm2) or a "
+                        "trained encoder critic (e.g. runs/demo/models/critic)")
     args = parser.parse_args()
     if args.model:
+        from raypipe.critic.encoder import is_encoder_critic
         from raypipe.models.folder import model_folder
 
-        model_folder(args.model)  # a wrong path fails here, before the inputs are built
+        if not is_encoder_critic(args.model):
+            model_folder(args.model)  # a wrong path fails here, before the inputs are built
     logging.basicConfig(level=logging.WARNING)
     size = SIZES["quick" if args.quick else "full"]
 

@@ -91,7 +91,10 @@ def _tool_models(cfg: RaypipeConfig, method: str) -> dict[str, Any]:
     return models
 
 
-def _fingerprint(cfg: RaypipeConfig, variant: Variant, injected_retriever: bool, removal: float | None) -> str:
+def _fingerprint(cfg: RaypipeConfig, variant: Variant, injected_retriever: bool, removal: float | None,
+                 items: list[EvalItem]) -> str:
+    """What a variant's predictions depend on. The items are named by (set, id) rather than by
+    `eval.limit`, whose meaning (which rows a limit keeps) is the reader's and may change."""
     payload: dict[str, Any] = {
         "models": _tool_models(cfg, variant.method),
         "method": variant.method,
@@ -99,7 +102,7 @@ def _fingerprint(cfg: RaypipeConfig, variant: Variant, injected_retriever: bool,
         "retrieval": ("injected", cfg.retrieval.top_k) if injected_retriever else cfg.retrieval.model_dump(mode="json"),
         "sets": [_stamp(Path(p)) for p in cfg.eval.eval_sets],
         "passages": cfg.eval.passages,
-        "limit": cfg.eval.limit,
+        "items": hashlib.sha256(json.dumps([[i.set, i.id] for i in items]).encode()).hexdigest(),
     }
     if removal is not None:
         payload["removal"] = [removal, cfg.eval.robustness.seed]
@@ -233,7 +236,7 @@ def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None
         plan = plan_removal([v for v in variants if v.sweep in HEADLINE_SWEEPS], cfg.eval.robustness)
         variants += plan.added
     removal = plan.rates if plan else {}
-    prints = {v.name: _fingerprint(cfg, v, searcher_factory is not None, removal.get(v.name)) for v in variants}
+    prints = {v.name: _fingerprint(cfg, v, searcher_factory is not None, removal.get(v.name), items) for v in variants}
     split = None
     if any(item.task == "longform" for item in items):
         from raypipe.data.segment import Segmenter  # spaCy: only FactScore needs it

@@ -4,6 +4,7 @@ results, and predictions decoded under it never mistaken for clean ones."""
 from __future__ import annotations
 
 from raypipe.config import RetrievalNoiseConfig, load_config
+from raypipe.eval.datasets import read_eval_sets
 from raypipe.eval.predict import load_tools
 from raypipe.eval.runner import _fingerprint, eval_variants
 from raypipe.retrieval.types import Passage
@@ -42,6 +43,22 @@ def test_noisy_predictions_have_their_own_fingerprint_and_clean_ones_keep_theirs
     off = load_config(None, [*common, "eval.retrieval_noise.seed=5"])  # inactive: nothing changes
     noisy = load_config(None, [*common, "eval.retrieval_noise.noise_fraction=0.5"])
     shuffled = load_config(None, [*common, "eval.retrieval_noise.doc_order=shuffled"])
-    prints = [_fingerprint(cfg, variant, False, None) for cfg in (base, off, noisy, shuffled)]
+    items, _ = read_eval_sets([str(qa)], tmp_path / "rejects", None, None)
+    prints = [_fingerprint(cfg, variant, False, None, items) for cfg in (base, off, noisy, shuffled)]
     assert prints[0] == prints[1]
     assert len(set(prints[1:])) == 3
+
+
+def test_predictions_are_reused_only_for_the_same_items(tmp_path):
+    """The fingerprint names the items themselves, so a limit that keeps other rows (say, a reader
+    that now counts rejected rows) never reuses predictions decoded for the old ones."""
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text('{"id": "q1", "question": "Where was Ada born?", "answers": ["Ostrava"]}\n'
+                  '{"id": "q2", "question": "Where was Bo born?", "answers": ["Brno"]}\n')
+    cfg = load_config(None, ["eval.methods=[rag]", f"eval.eval_sets=[{qa}]"])
+    variant = eval_variants(cfg)[0]
+    both, _ = read_eval_sets([str(qa)], tmp_path / "rejects", None, None)
+    first, _ = read_eval_sets([str(qa)], tmp_path / "rejects", 1, None)
+    assert [i.id for i in first] == ["q1"]
+    prints = [_fingerprint(cfg, variant, False, None, items) for items in (both, first, first[:])]
+    assert prints[0] != prints[1] and prints[1] == prints[2]
