@@ -63,6 +63,10 @@ class CriticEncoderTask(ClassifierTask):
         freeze_for_training(model, self.trainable_layers)
         return model, tokenizer
 
+    def row_size(self, row: dict[str, Any]) -> int:
+        """Characters of the judgement's fields: what its token count follows."""
+        return sum(len(value or "") for value in row["example"].values())
+
     def loss(self, model: Any, tokenizer: Any, rows: list[dict[str, Any]]) -> Any:
         import torch
 
