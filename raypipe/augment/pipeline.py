@@ -279,10 +279,13 @@ class ShardWriter:
                 counts["dropped_by_sampling"] += 1
                 continue
             counts["kept"] += 1
-            for copy in range(state.copies):
+            outputs = [(rid if copy == 0 else f"{rid}#up{copy}", row["augmented"]) for copy in range(state.copies)]
+            if state.contrast:
+                outputs.append((f"{rid}#contrast", stages.render_contrast(state)))
+                counts["contrast_rows"] += 1
+            for out_id, output in outputs:
                 kept.append({
-                    "id": rid if copy == 0 else f"{rid}#up{copy}",
-                    "instruction": row["instruction"], "input": row["input"], "output": row["augmented"],
+                    "id": out_id, "instruction": row["instruction"], "input": row["input"], "output": output,
                     "dataset": row["dataset"], "source_id": rid, "state": row["state"],
                 })
         stem = Path(src).name.removesuffix(".parquet")
@@ -321,6 +324,10 @@ def _shard_stats(out_dir: Path) -> dict[str, Any]:
             if "#up" in rid:
                 by_dataset[ds]["upsampled"] += 1
                 continue
+            if "#contrast" in rid:  # its tokens are D_gen's: the [Irrelevant] it teaches is the point
+                by_dataset[ds]["contrast"] += 1
+                token_counts.update(T.parse(out).tokens())
+                continue
             by_dataset[ds]["rows"] += 1
             by_dataset[ds]["retrieve_yes"] += T.RETRIEVAL in out
             token_counts.update(T.parse(out).tokens())
@@ -336,6 +343,7 @@ def _shard_stats(out_dir: Path) -> dict[str, Any]:
                                for ds, c in sorted(by_dataset.items())},
         "rows_per_dataset": {ds: c["rows"] for ds, c in sorted(by_dataset.items())},
         "upsampled_rows": sum(c["upsampled"] for c in by_dataset.values()),
+        "contrast_rows": sum(c["contrast"] for c in by_dataset.values()),
         "token_distribution": dict(sorted(token_counts.items())),
         "rejects": dict(rejects),
     }

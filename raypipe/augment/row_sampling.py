@@ -2,7 +2,8 @@
 
 The paper drops 50% of the instances without any retrieval token (instruction-following sets are full
 of queries that need none) and up-samples QA instances that carry [Irrelevant], so that
-[Relevant]/[Fully supported] do not dominate. Every draw is seeded by the row id and recorded in the
+[Relevant]/[Fully supported] do not dominate. Ours beside it: a contrast copy of a QA row that reads
+a passage the critic rejected (`contrast_irrelevant_qa`). Every draw is seeded by the row id and recorded in the
 row's state, so a rerun makes the same choices.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import math
 
 from raypipe import tokens as T
+from raypipe.augment.stages import contrast_segment
 from raypipe.augment.state import InstanceState, seeded_uniform
 from raypipe.settings.augment import SamplingConfig
 
@@ -27,3 +29,7 @@ def apply_sampling(state: InstanceState, row_id: str, dataset: str, augmented: s
         u = seeded_uniform(cfg.seed, row_id, "upsample")
         state.random_draws["upsample"] = u
         state.copies = 1 + math.floor(extra) + (1 if u < extra - math.floor(extra) else 0)
+    if state.keep and dataset in cfg.qa_datasets and cfg.contrast_irrelevant_qa > 0 and contrast_segment(state) is not None:
+        u = seeded_uniform(cfg.seed, row_id, "contrast")
+        state.random_draws["contrast"] = u
+        state.contrast = u < cfg.contrast_irrelevant_qa

@@ -10,6 +10,7 @@ batched call over all rows, segments and passages of the batch.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -266,6 +267,34 @@ def judge_utility(batch: Batch, critic: Critic) -> Batch:
 
 
 # --- the augmented output ------------------------------------------------------------------------
+
+
+def contrast_segment(state: InstanceState) -> tuple[int, int] | None:
+    """(segment, passage) of a row's contrast copy: the first segment that inserts a [Relevant]
+    passage and was offered one the critic judged [Irrelevant]; of those, the best-scored, which is
+    the most confusable (a namesake's passage ranks high because it shares the name)."""
+    if not state.retrieve:
+        return None
+    for t, seg in enumerate(state.segments):
+        if seg.decision != T.RETRIEVAL or seg.chosen is None or seg.is_rel[seg.chosen] != T.RELEVANT:
+            continue
+        rejected = [j for j, label in enumerate(seg.is_rel) if label == T.IRRELEVANT and j != seg.chosen]
+        if rejected:
+            return t, max(rejected, key=lambda j: seg.passages[j].score)
+    return None
+
+
+def render_contrast(state: InstanceState) -> str:
+    """The row once more, with `contrast_segment`'s rejected passage inserted (its [Irrelevant], no
+    IsSup, as D_gen writes any irrelevant passage) and the same text: what the generator should say
+    of a namesake's passage before answering from what it knows."""
+    where = contrast_segment(state)
+    if where is None:
+        raise ValueError("render_contrast: the row offers no rejected passage beside a chosen relevant one")
+    t, j = where
+    segments = [replace(seg) for seg in state.segments]
+    segments[t] = replace(segments[t], chosen=j)
+    return render(replace(state, segments=segments))
 
 
 def render(state: InstanceState) -> str:

@@ -41,6 +41,8 @@ class InstanceState:
     #: a shard's row count stays checkable; `copies` > 1 means the row is up-sampled
     keep: bool = True
     copies: int = 1
+    #: also write the row with an [Irrelevant] passage in place of a chosen one (row_sampling.py)
+    contrast: bool = False
     random_draws: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> str:

@@ -17,6 +17,12 @@ class SamplingConfig(Section):
     drop_no_retrieval: float = Field(0.5, ge=0.0, le=1.0)
     upsample_irrelevant_qa: float = Field(0.0, ge=0.0)
     qa_datasets: list[str] = ["nq", "factual_qa"]
+    #: ours, not App. A.3: the share of kept QA rows that are also written once more with a passage the
+    #: critic judged [Irrelevant] in place of the chosen one (`augment.stages.render_contrast`). Where
+    #: retrieval finds the gold passage for nearly every question, the chosen passages are all
+    #: [Relevant] and up-sampling [Irrelevant] rows finds none (the demo of 2026-11-27: 42 of 2,350),
+    #: so the generator never sees a namesake's passage rejected. 0 = off (the paper's policy)
+    contrast_irrelevant_qa: float = Field(0.0, ge=0.0, le=1.0)
     seed: int = 0
 
 

@@ -201,3 +201,52 @@ def test_sampling_fractional_upsampling_rate():
         copies.append(state.copies)
     assert set(copies) == {1, 2}
     assert 0.2 < (np.mean(copies) - 1) < 0.3
+
+
+def test_contrast_copy_reads_the_rejected_namesake_where_the_row_read_the_chosen_passage():
+    output = "Ada Quill was born in 1901. She wrote Red Harbor. She liked tea."
+    batch = make_batch([{"id": "b", "instruction": "Tell me a bio about Ada Quill.", "output": output}])
+    outputs, batch = run_all(batch, ScriptedCritic(bio_rule), ScriptedRetriever(RETRIEVER_TABLE))
+    state = InstanceState.from_json(batch["state"][0])
+    # the 2nd sentence's retrieval offered the namesake (judged [Irrelevant]) beside the chosen passage
+    assert stages.contrast_segment(state) == (1, 0)
+    expected = (
+        "[Retrieval]<paragraph>Ada Quill\nAda Quill was born in 1901 in Lowmere.</paragraph>"
+        "[Relevant]Ada Quill was born in 1901.[Fully supported] "
+        "[Retrieval]<paragraph>Ada Quell\nAda Quell was a sailor.</paragraph>"
+        "[Irrelevant]She wrote Red Harbor. "
+        "[No Retrieval]She liked tea.[Utility:4]"
+    )
+    assert stages.render_contrast(state) == expected
+    assert T.strip_reflection(expected) == output
+    assert stages.render(state) == outputs[0]  # the row itself is untouched
+
+
+def test_no_contrast_copy_without_a_rejected_passage_beside_a_relevant_choice():
+    output = "Ada Quill was born in 1901. She wrote Red Harbor. She liked tea."
+    batch = make_batch([{"id": "b", "instruction": "Tell me a bio about Ada Quill.", "output": output}])
+    table = {**RETRIEVER_TABLE, "She wrote Red Harbor.": [BIO_WORK]}
+    _, batch = run_all(batch, ScriptedCritic(bio_rule), ScriptedRetriever(table))
+    state = InstanceState.from_json(batch["state"][0])
+    assert stages.contrast_segment(state) is None
+    with pytest.raises(ValueError, match="no rejected passage"):
+        stages.render_contrast(state)
+
+
+def test_sampling_marks_contrast_copies_for_qa_rows_at_the_configured_share():
+    output = "Ada Quill was born in 1901. She wrote Red Harbor. She liked tea."
+    batch = make_batch([{"id": "b", "instruction": "Tell me a bio about Ada Quill.", "output": output}])
+    rendered, batch = run_all(batch, ScriptedCritic(bio_rule), ScriptedRetriever(RETRIEVER_TABLE))
+    state_json = batch["state"][0]
+
+    def marked(dataset: str, share: float, n: int = 2000) -> float:
+        cfg = SamplingConfig(drop_no_retrieval=0.0, contrast_irrelevant_qa=share, qa_datasets=["factual_qa"])
+        hits = 0
+        for i in range(n):
+            state = InstanceState.from_json(state_json)
+            apply_sampling(state, f"row{i}", dataset, rendered[0], cfg)
+            hits += state.contrast
+        return hits / n
+
+    assert 0.2 < marked("factual_qa", 0.25) < 0.3
+    assert marked("factual_qa", 0.0) == 0.0 and marked("bio", 1.0) == 0.0
