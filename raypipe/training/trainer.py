@@ -106,7 +106,8 @@ def fit_stage(tc: TrainConfig, stage: TrainStage, base_model: str, data: StageDa
     total = plan.total_steps(stage.epochs)
     metrics_log = work_dir / "logs" / f"{stage.name}.metrics.jsonl"
     loop_config = {
-        "train": tc.model_dump(), "stage": stage.model_dump(), "base_model": base_model,
+        # the loop reads the keys every trainer shares; a kind's own keys (the critic's encoder_*) stay here
+        "train": tc.model_dump(include=set(TrainConfig.model_fields)), "stage": stage.model_dump(), "base_model": base_model,
         "ds_config": ds_config, "dtype": "bfloat16" if bf16 else "float32", "use_gpu": use_gpu,
         "total_steps": total, "warmup_steps": math.ceil(tc.warmup_ratio * total),
         "micro_batches_per_epoch": plan.micro_batches_per_epoch, "metrics_log": str(metrics_log),

@@ -19,7 +19,13 @@ import torch
 from raypipe.config import RaypipeConfig
 from raypipe.errors import RaypipeError
 from raypipe.prompts import format_generator_prompt
-from raypipe.settings.training import GeneratorTrainConfig, TrainConfig, TrainingConfig, TrainStage
+from raypipe.settings.training import (
+    CriticTrainConfig,
+    GeneratorTrainConfig,
+    TrainConfig,
+    TrainingConfig,
+    TrainStage,
+)
 from raypipe.tokens import (
     FULLY_SUPPORTED,
     GROUP_TOKENS,
@@ -111,7 +117,7 @@ def test_critic_learns_and_exports_the_consolidated_weights(ray_cluster, tiny_mo
     out = tmp_path / "critic"
     # 160 rows / 2 workers / micro 4 = 20 steps per epoch; 0.5 epoch = 10 steps
     tc = _train_config(tiny_model_dir, data, out, [TrainStage(name="main", lr=1e-2, mask=["prompt"], epochs=0.5)],
-                       checkpoint_every=4)
+                       CriticTrainConfig, checkpoint_every=4)
     stats = run_train(RaypipeConfig(training=TrainingConfig(critic=tc)), "critic")
 
     summary = stats["stage main"]
