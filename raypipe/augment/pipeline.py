@@ -138,7 +138,7 @@ def algorithm_steps(a: AugmentConfig, top_k: int, limits: LimitsConfig | None = 
         ("critic", stages.decide_retrieval),
         ("critic", stages.judge_utility),
         ("split_many", functools.partial(stages.segment_outputs, max_sentences=max_sentences)),
-        ("retriever", stages.first_retrieval),
+        ("retriever", functools.partial(stages.first_retrieval, k=top_k)),
         ("critic", stages.decide_segments),
         ("retriever", functools.partial(stages.retrieve_segments, k=top_k)),
         ("critic", functools.partial(stages.critique_passages, seed=a.sampling.seed)),

@@ -127,14 +127,15 @@ def segment_outputs(batch: Batch, split_many: Callable[[list[str]], list[list[st
     return out
 
 
-def first_retrieval(batch: Batch, retriever: Searcher) -> Batch:
-    """Top-1 passage for the whole output: the initial evidence (query = input + output)."""
+def first_retrieval(batch: Batch, retriever: Searcher, k: int) -> Batch:
+    """Top-K passages for the whole output (query = input + output): the first is the evidence the
+    segments' Retrieve is judged against, and all K are offered where a segment continues it."""
     states = _states(batch)
     todo = [i for i, s in enumerate(states) if s.retrieve]
     queries = [f"{_x(batch, i)}\n{batch['output'][i]}" for i in todo]
-    hits = retriever.search(queries, 1) if queries else []
+    hits = retriever.search(queries, k) if queries else []
     for i, h in zip(todo, hits, strict=True):
-        states[i].first_evidence = _to_passage(h[0]) if h else None
+        states[i].initial_passages = [_to_passage(x) for x in h]
     return store_states(batch, states)
 
 
@@ -173,8 +174,13 @@ def rendered_decisions(decisions: Sequence[str | None], has_first_evidence: bool
 
 
 def retrieve_segments(batch: Batch, retriever: Searcher, k: int) -> Batch:
-    """Top-K passages for every segment that needs new evidence (query = input + segment); a segment
-    that continues the first evidence gets that passage (`rendered_decisions`)."""
+    """Top-K passages for every segment that needs new evidence (query = input + segment).
+
+    A segment that continues the first evidence before any was inserted (`rendered_decisions`) is
+    offered the initial top-K instead, judged and chosen from like any retrieval's (our choice: App. A.2
+    does not say what such a segment inserts). Offering only the first passage would leave the
+    short rows (one-sentence answers, judged [Continue]) with nothing to judge [Irrelevant], so the
+    generator would never see a look-alike's passage rejected."""
     states = _states(batch)
     jobs: list[tuple[SegmentState, str]] = []
     for i, s in enumerate(states):
@@ -184,7 +190,7 @@ def retrieve_segments(batch: Batch, retriever: Searcher, k: int) -> Batch:
         for seg, decision in zip(s.segments, rendered, strict=True):
             if decision == T.RETRIEVAL and seg.decision == T.CONTINUE:
                 seg.decision = T.RETRIEVAL
-                seg.passages = [s.first_evidence]
+                seg.passages = list(s.initial_passages)
             elif decision == T.RETRIEVAL:
                 jobs.append((seg, f"{_x(batch, i)}\n{seg.text.strip()}"))
     hits = retriever.search([q for _, q in jobs], k) if jobs else []

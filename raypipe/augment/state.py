@@ -34,7 +34,9 @@ class SegmentState:
 class InstanceState:
     retrieve: bool | None = None
     retrieve_probs: dict[str, float] = field(default_factory=dict)
-    first_evidence: Passage | None = None
+    #: the top-K for the input and the whole output (App. A.2's "passages ... relevant to the entire
+    #: output"); the first is the evidence each segment's Retrieve is judged against
+    initial_passages: list[Passage] = field(default_factory=list)
     segments: list[SegmentState] = field(default_factory=list)
     utility: str | None = None
     #: the sampling policy's verdict (row_sampling.py): dropped rows are kept in the stream, flagged, so
@@ -45,6 +47,10 @@ class InstanceState:
     contrast: bool = False
     random_draws: dict[str, float] = field(default_factory=dict)
 
+    @property
+    def first_evidence(self) -> Passage | None:
+        return self.initial_passages[0] if self.initial_passages else None
+
     def to_json(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False, separators=(",", ":"))
 
@@ -53,11 +59,11 @@ class InstanceState:
         if not raw:
             return cls()
         data: dict[str, Any] = json.loads(raw)
-        fe = data.pop("first_evidence", None)
+        initial = data.pop("initial_passages", [])
         segs = data.pop("segments", [])
         return cls(
             **data,
-            first_evidence=Passage(**fe) if fe else None,
+            initial_passages=[Passage(**p) for p in initial],
             segments=[
                 SegmentState(**{**s, "passages": [Passage(**p) for p in s.get("passages", [])]})
                 for s in segs

@@ -48,7 +48,7 @@ def _retrieval_row(i: int, healthy: bool) -> DGenRow:
             is_rel=[T.RELEVANT, T.IRRELEVANT] if healthy else [T.IRRELEVANT, T.IRRELEVANT],
             is_sup=[support, None] if healthy else [None, None], chosen=0))
     utility = T.utility_token(meta["utility"]) if healthy else T.utility_token(5)
-    state = InstanceState(retrieve=True, first_evidence=_gold(i), segments=segments, utility=utility)
+    state = InstanceState(retrieve=True, initial_passages=[_gold(i)], segments=segments, utility=utility)
     return DGenRow(f"r{i:02d}", f"Write about Ada Quill{i}.", "", state, meta)
 
 

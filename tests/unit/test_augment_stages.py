@@ -89,7 +89,7 @@ def run_all(batch, critic, retriever, k=3, seed=0):
     batch = stages.decide_retrieval(batch, critic)
     batch = stages.judge_utility(batch, critic)
     batch = stages.segment_outputs(batch, segmenter.split_many)
-    batch = stages.first_retrieval(batch, retriever)
+    batch = stages.first_retrieval(batch, retriever, k)
     batch = stages.decide_segments(batch, critic)
     batch = stages.retrieve_segments(batch, retriever, k)
     batch = stages.critique_passages(batch, critic, seed)
@@ -220,6 +220,27 @@ def test_contrast_copy_reads_the_rejected_namesake_where_the_row_read_the_chosen
     assert stages.render_contrast(state) == expected
     assert T.strip_reflection(expected) == output
     assert stages.render(state) == outputs[0]  # the row itself is untouched
+
+
+def test_a_one_sentence_answer_continuing_the_first_evidence_is_offered_the_initial_top_k():
+    # A QA row: its only sentence is judged [Continue] (the first evidence verifies it), so it inserts
+    # from the initial retrieval; its top-K holds a namesake above the gold passage, which the critic
+    # rejects: the gold is chosen, and the namesake is there for a contrast copy.
+    output = "Ada Quill was born in 1901."
+    batch = make_batch([{"id": "q", "instruction": "Tell me a bio about Ada Quill.", "output": output}])
+    table = {"was born in 1901.": [BIO_DISTRACTOR, BIO_BORN]}
+    retriever = ScriptedRetriever(table)
+    outputs, batch = run_all(batch, ScriptedCritic(bio_rule), retriever, k=2)
+    assert len(retriever.queries) == 1  # no second search: the segment reads the initial top-K
+    assert outputs == ["[Retrieval]<paragraph>Ada Quill\nAda Quill was born in 1901 in Lowmere.</paragraph>"
+                       "[Relevant]Ada Quill was born in 1901.[Fully supported][Utility:4]"]
+    state = InstanceState.from_json(batch["state"][0])
+    assert [p.id for p in state.segments[0].passages] == ["p2", "p1"]
+    assert state.segments[0].is_rel == [T.IRRELEVANT, T.RELEVANT]
+    assert stages.contrast_segment(state) == (0, 0)
+    assert stages.render_contrast(state) == (
+        "[Retrieval]<paragraph>Ada Quell\nAda Quell was a sailor.</paragraph>"
+        "[Irrelevant]Ada Quill was born in 1901.[Utility:4]")
 
 
 def test_no_contrast_copy_without_a_rejected_passage_beside_a_relevant_choice():
