@@ -97,7 +97,8 @@ class HFEngine(Engine):
         self._cache_kw = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
         #: the `reuse_prefix` memo, and whether this model's cache can be cut at a position to reuse one
         self._prefix: _Prefix | None = None
-        self._cuttable = all(type(layer) is DynamicLayer for layer in self._new_cache().layers)
+        layers = self._new_cache().layers  # none: a cache that makes its layers as they come, of any kind
+        self._cuttable = bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
 
     # --- prompts -----------------------------------------------------------------------------------
 
