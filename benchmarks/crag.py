@@ -10,7 +10,11 @@
    RAG's plain generator (`generator: engine`) -> `selfcrag_vs_selfrag_time_ratio` (goal <= 1.2) and
    `selfrag_vs_rag_time_ratio` (goal <= 1.5). `--generator` names a trained Self-RAG generator;
    without one the tiny model with random weights stands in (timing only: it never emits EOS, so
-   every continuation runs to its token cap; the result file says which was used).
+   every continuation runs to its token cap; the result file says which was used);
+4. the local rewriter over the same questions, in the same batches, with the engine keeping Table 7's
+   few-shot prefix between calls (`GenerationParams.reuse_prefix`, what CRAG runs) vs every prompt
+   run whole -> `rewriter_prefix` (seconds per question each way, the ratio, and whether the queries
+   are the same).
 
 Each method decodes two questions as a warm-up (first-call allocations, spaCy load), then the
 question set timed; one torch thread throughout. The timed pass is broken down per component
@@ -39,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._common import timer, write_result
+from raypipe.eval.crag_steps import CragStep, count_steps
 from raypipe.inference.engines.base import Engine, Generation, GenerationParams
 from tests.keyword_searcher import KeywordSearcher
 
@@ -123,6 +128,38 @@ class TimedEngine(Engine):
     def next_token_probs(self, prompts: list[str], tokens: tuple[str, ...]) -> list[dict[str, float]]:
         with self.breakdown.timing("generation", len(prompts)):
             return self.inner.next_token_probs(prompts, tokens)
+
+
+class WholePrompts(Engine):
+    """An engine whose generations never reuse a kept prompt prefix: the rewriter's baseline."""
+
+    def __init__(self, inner: Engine):
+        self.inner, self.tokenizer, self.prompt = inner, inner.tokenizer, inner.prompt
+
+    def generate(self, prompts: list[str], params: GenerationParams) -> list[Generation]:
+        from dataclasses import replace
+
+        return self.inner.generate(prompts, replace(params, reuse_prefix=False))
+
+    def next_token_probs(self, prompts: list[str], tokens: tuple[str, ...]) -> list[dict[str, float]]:
+        return self.inner.next_token_probs(prompts, tokens)
+
+
+def rewriter_prefix(lm: Engine, questions: list[str], batch_size: int) -> dict:
+    """The local rewriter with its kept prefix and without, the same batches each way; the kept pass
+    starts from the prefix its warm-up left, as every CRAG batch after an engine's first does."""
+    from raypipe.methods.crag.rewrite import LMRewriter
+
+    batches = [questions[i:i + batch_size] for i in range(0, len(questions), batch_size)]
+    LMRewriter(lm).rewrite(questions[:2])  # warm-up: first-call allocations, and the kept prefix
+    with timer() as t_whole:
+        whole = [rw.query for b in batches for rw in LMRewriter(WholePrompts(lm)).rewrite(b)]
+    with timer() as t_kept:
+        kept = [rw.query for b in batches for rw in LMRewriter(lm).rewrite(b)]
+    n = len(questions)
+    return {"questions": n, "seconds_per_question": {"kept_prefix": round(t_kept.seconds / n, 4),
+                                                     "whole_prompts": round(t_whole.seconds / n, 4)},
+            "whole_vs_kept_time_ratio": round(t_whole.seconds / t_kept.seconds, 3), "same_queries": kept == whole}
 
 
 def timed_tools(toolkit, breakdown: Breakdown):
@@ -274,6 +311,7 @@ def main() -> None:
         requests = requests_of(eval_dir, limit)
         top_k = cfg.retrieval.top_k
         ev = batched_vs_single(toolkit.evaluator, evaluator_pairs(toolkit, requests, top_k), single)
+        rewriter = rewriter_prefix(toolkit.lm, [r.retrieval_text() for r in requests], args.batch_size)
         breakdown = Breakdown()
         toolkit = timed_tools(toolkit, breakdown)
         batches = [requests[i:i + args.batch_size] for i in range(0, len(requests), args.batch_size)]
@@ -289,8 +327,7 @@ def main() -> None:
         t_selfrag, _, b_selfrag = time_method(SelfRAG(toolkit), selfrag, batches, top_k, breakdown)
         t_selfcrag, _, b_selfcrag = time_method(SelfCRAG(toolkit), selfcrag, batches, top_k, breakdown)
     n = len(requests)
-    traces = [r.trace["crag"] for r in crag_results]
-    actions = Counter(t["action"] for t in traces)
+    steps = count_steps(step for r in crag_results if (step := CragStep.of(r.trace)) is not None)
     per = {k: v / n for k, v in {"rag_lm": t_rag, "crag_lm": t_crag, "rag_engine": t_rag_engine,
                                  "selfrag": t_selfrag, "selfcrag": t_selfcrag}.items()}
     payload = {
@@ -305,9 +342,8 @@ def main() -> None:
             ("rag_lm", b_rag), ("crag_lm", b_crag), ("rag_engine", b_rag_engine), ("selfrag", b_selfrag),
             ("selfcrag", b_selfcrag))},
         "breakdown_items": {"crag_lm": b_crag["items"], "selfcrag": b_selfcrag["items"]},
-        "crag_actions": dict(actions),
-        "crag_fallbacks": dict(Counter(t["fallback"] for t in traces if t["fallback"])),
-        "crag_rewrites": dict(Counter(t["rewrite"]["how"] for t in traces if t["rewrite"])),
+        "crag_steps": steps,
+        "rewriter_prefix": rewriter,
         "selfcrag_knowledge_passages": selfcrag.knowledge_passages,
         "plain_generator": str(lm_name), "selfrag_generator": gen_name,
         "max_new_tokens": tokens, "selfrag_settings": selfrag.model_dump(),

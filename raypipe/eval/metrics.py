@@ -12,9 +12,8 @@ the share of questions for which decoding retrieved at least once. No option: th
 outputs that name none of the options, which count as wrong; it tells a model that answers off-format
 from one that answers wrongly. Long-form generation (biographies, CRAG's Bio): FactScore from the
 world's ground truth (raypipe.eval.factscore), not accuracy. CRAG-family methods (crag, selfcrag)
-also count their actions and their failed web searches (CRAG §4.3, §4.5): a web search that failed
-after its retries degrades the request to internal knowledge, and the count says how often that
-happened, so an accuracy is never read without it. Self-Reasoning counts its trajectories that parse
+also count what their corrective step did (raypipe.eval.crag_steps: actions, web searches failed or
+empty, rewriter and knowledge fallbacks), so an accuracy is never read without it. Self-Reasoning counts its trajectories that parse
 (`trajectory_parse_rate`) and, by cause, those that do not (`parse_failures`: the token cap, in a
 loop or not, trailing text, a missing field, ...), since an unparsed trajectory is answered from its
 tail and its accuracy means less.
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 from statistics import fmean
 from typing import Any
 
+from raypipe.eval.crag_steps import CragStep, count_steps
 from raypipe.eval.factscore import factscore
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -91,10 +91,8 @@ class Scored:
     no_option: bool | None = None
     #: long-form tasks: FactScore of the output (None: another task)
     factscore: float | None = None
-    #: CRAG-family methods: the action triggered (Correct / Incorrect / Ambiguous; None: no CRAG step)
-    action: str | None = None
-    #: ... and whether its web search failed after its retries (None: no web search was made)
-    web_failed: bool | None = None
+    #: CRAG-family methods: what the corrective step did (None: no corrective step)
+    crag: CragStep | None = None
     #: Self-Reasoning: whether the trajectory parsed (None: another method)
     parsed: bool | None = None
     #: ... and why it did not (None: it parsed, or another method)
@@ -131,20 +129,18 @@ def judge(task: str, golds: tuple[str, ...], choices: dict[str, str], result: di
     trace = result.get("trace") or {}
     segments = trace.get("segments", [])
     sup = [s["scores"]["is_sup"] for s in segments if s.get("citation") and "is_sup" in s.get("scores", {})]
-    crag = trace.get("crag") or {}
-    searched = crag.get("web") is not None or crag.get("web_error") is not None
     parsed = trace["trajectory"] is not None if "trajectory" in trace else None
     cause = None if parsed is not False else trace.get("parse_cause") or trace.get("parse_reason")
     return Scored(correct, exact, bool(result["retrieved"]), fmean(sup) if sup else None, no_option, fact_score,
-                  crag.get("action"), bool(crag.get("web_error")) if searched else None, parsed, cause)
+                  CragStep.of(trace), parsed, cause)
 
 
 def summarize(scored: list[Scored]) -> dict[str, Any]:
     """accuracy and exact_match over the `judged` items (None if none is), retrieval_frequency over
     all `n`, the mean s_IsSup of outputs that used passages (the support the IsSup weight buys, cf. the
     paper's Figure 3b), no_option, over the closed-set items, and factscore, over the long-form
-    items (None if there are none); for CRAG-family methods, the count of each action and of web
-    searches made and failed (`crag`; None for other methods); for Self-Reasoning, the share of
+    items (None if there are none); for CRAG-family methods, what the corrective step did (`crag`,
+    raypipe.eval.crag_steps.count_steps; None for other methods); for Self-Reasoning, the share of
     trajectories that parse and the others counted by cause (None for other methods)."""
     if not scored:
         return {"n": 0, "judged": 0, "accuracy": None, "exact_match": None, "retrieval_frequency": None,
@@ -154,10 +150,6 @@ def summarize(scored: list[Scored]) -> dict[str, Any]:
     sup = [s.is_sup for s in scored if s.is_sup is not None]
     closed = [s.no_option for s in scored if s.no_option is not None]
     facts = [s.factscore for s in scored if s.factscore is not None]
-    searches = [s.web_failed for s in scored if s.web_failed is not None]
-    actions = Counter(s.action for s in scored if s.action is not None)
-    crag = {"actions": dict(sorted(actions.items())), "web_searches": len(searches),
-            "web_failures": sum(searches)} if actions or searches else None
     trajectories = [s for s in scored if s.parsed is not None]
     causes = Counter(s.parse_cause or "unknown" for s in trajectories if not s.parsed)
     return {
@@ -169,7 +161,7 @@ def summarize(scored: list[Scored]) -> dict[str, Any]:
         "is_sup": fmean(sup) if sup else None,
         "no_option": fmean(closed) if closed else None,
         "factscore": fmean(facts) if facts else None,
-        "crag": crag,
+        "crag": count_steps(s.crag for s in scored if s.crag is not None),
         "trajectory_parse_rate": fmean(bool(s.parsed) for s in trajectories) if trajectories else None,
         "parse_failures": dict(sorted(causes.items())) if trajectories else None,
     }

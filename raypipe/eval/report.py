@@ -1,9 +1,11 @@
 """A finished eval, shown in the terminal: accuracy (FactScore for long-form sets) by set and retrieval
-mode, and a few answers with the passages they cite (what `make demo` prints after `raypipe eval`)."""
+mode, what CRAG's corrective step did by set (when a CRAG-family method ran), and a few answers with
+the passages they cite (what `make demo` prints after `raypipe eval`)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +47,40 @@ def accuracy_table(metrics: dict[str, Any]) -> Table:
     return table
 
 
+#: the columns of the CRAG table: header -> the count in a `crag_steps.count_steps` summary
+CRAG_COLUMNS: dict[str, Callable[[dict[str, Any]], int]] = {
+    "Correct": lambda c: c["actions"]["correct"],
+    "Incorrect": lambda c: c["actions"]["incorrect"],
+    "Ambiguous": lambda c: c["actions"]["ambiguous"],
+    "web searches": lambda c: c["web_searches"],
+    "failed": lambda c: c["web_failures"],
+    "empty": lambda c: c["web_empty"],
+    "rewriter fell back": lambda c: c["rewriter_fallbacks"],
+    "Correct kept best doc": lambda c: c["fallbacks"]["passing_document"],
+    "read nothing": lambda c: c["fallbacks"]["no_knowledge"],
+}
+
+
+def crag_table(metrics: dict[str, Any]) -> Table | None:
+    """Rows: (eval set, headline variant) for each variant with a corrective step, all sets pooled
+    last; columns: items per action, web searches and those that failed or found nothing, queries
+    searched raw because the rewriter fell back, and the two knowledge fallbacks (a Correct item
+    whose strips were all filtered kept its best document; a failed web search left nothing to read).
+    None when no headline variant is CRAG-family."""
+    variants = [v for v in metrics["accuracy"] if metrics["overall"][v].get("crag")]
+    if not variants:
+        return None
+    table = Table(title="CRAG's corrective step: items per action, web searches, fallbacks")
+    for column in ("eval set", "variant", *CRAG_COLUMNS):
+        table.add_column(column, justify="left" if column in ("eval set", "variant") else "right")
+    for name, by_variant in [*sorted(metrics["per_set"].items()), ("all", metrics["overall"])]:
+        for v in variants:
+            counts = by_variant.get(v, {}).get("crag")
+            if counts:
+                table.add_row(name, v, *(str(count(counts)) for count in CRAG_COLUMNS.values()))
+    return table
+
+
 def sample_answers(out_dir: str | Path, variant: str = "adaptive", n: int = 3) -> list[dict[str, Any]]:
     """The first `n` predictions of each eval set under `variant`."""
     per_set: dict[str, list[dict[str, Any]]] = {}
@@ -61,6 +97,9 @@ def print_report(out_dir: str | Path, variant: str = "adaptive", n: int = 3, con
     console = console or Console()
     metrics = json.loads((Path(out_dir) / "metrics.json").read_text())
     console.print(accuracy_table(metrics))
+    steps = crag_table(metrics)
+    if steps is not None:
+        console.print(steps)
     if variant not in metrics["overall"]:
         return
     answers = Table(title=f"Held-out questions ({variant} retrieval)", show_lines=True)

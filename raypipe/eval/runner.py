@@ -9,7 +9,8 @@ Outputs in `eval.out_dir`:
 - metrics.json: `accuracy`, `exact_match`, `retrieval_frequency` and `factscore` keyed by headline
   variant (Self-RAG's never, adaptive, always; other methods by name; pooled over all sets), `per_set`
   and `overall` for every variant (Self-Reasoning's with `trajectory_parse_rate` and `parse_failures`
-  by cause), the sweeps, `critique` (per variant of Self-RAG's beam: how often
+  by cause; CRAG's and Self-CRAG's with `crag`, what the corrective step did: raypipe.eval.crag_steps),
+  the sweeps, `critique` (per variant of Self-RAG's beam: how often
   the generator's IsRel ranks the gold passage above a look-alike's, raypipe.eval.critique),
   `robustness` when `eval.robustness.enabled`, and
   `longform` (per long-form set with the world's ground truth, per variant: EM recall and ALCE
@@ -33,6 +34,7 @@ from typing import Any
 from raypipe.config import RaypipeConfig
 from raypipe.data.io import write_jsonl
 from raypipe.errors import ConfigError, DataError, ModelError
+from raypipe.eval.crag_steps import describe as describe_steps
 from raypipe.eval.critique import describe, variant_ranking
 from raypipe.eval.datasets import EvalItem, read_eval_sets
 from raypipe.eval.metrics import judge, summarize
@@ -280,6 +282,7 @@ def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None
     longform = _longform_citations(cfg, predictions_dir, variants, citation_sets)
     parsing = {v: {"rate": round(m["trajectory_parse_rate"], 3), "failures": m["parse_failures"]}
                for v, m in overall.items() if m["trajectory_parse_rate"] is not None}
+    steps = {v: describe_steps(overall[v]["crag"]) for v in headline if overall[v]["crag"] is not None}
     gold = {(item.set, item.id): set(item.passage_ids) for item in items if item.passage_ids}
     critique = {v.name: ranking for v in variants
                 if (ranking := variant_ranking(predictions_dir / f"{v.name}.jsonl", gold)) is not None}
@@ -313,6 +316,7 @@ def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None
                                             for name, by_variant in longform.items() for v, m in by_variant.items()}}
            if longform else {}),
         **({"trajectory parse rate (failures by cause)": parsing} if parsing else {}),
+        **({"CRAG's corrective step (all sets)": steps} if steps else {}),
         **({"critique vs look-alikes": {name: describe(critique[name]["all"]) for name in headline if name in critique}}
            if any(name in critique for name in headline) else {}),
         "variants decoded": len(decode),

@@ -337,11 +337,11 @@ def test_lm_rewriter_uses_one_call_and_falls_back_to_the_raw_question():
     rw = LMRewriter(lm).rewrite(["Where did Ada work?", "Cy?"])
     assert len(lm.calls) == 1
     assert (rw[0].query, rw[0].how) == ("Ada, employer", "rewritten")
-    assert (rw[1].query, rw[1].how) == ("Cy?", "raw")
+    assert (rw[1].query, rw[1].how) == ("Cy?", "no_keyword")
     # a reply about one of the prompt's examples, not the question, is not a query
     lm = FakeEngine(lambda p: "The religion of John Gwynn is Christianity.")
     [rw] = LMRewriter(lm).rewrite(["Where did Ada Lind work?"])
-    assert (rw.query, rw.how) == ("Where did Ada Lind work?", "raw")
+    assert (rw.query, rw.how) == ("Where did Ada Lind work?", "no_keyword")
     assert math.isclose(0.59, CRAGSettings().upper)
 
 
@@ -443,9 +443,13 @@ def test_eval_counts_each_action_and_the_failed_web_searches():
 
     # Ada's documents pass the upper threshold, Cy's all fall below the lower, Eve's lie between:
     # the two requests that search the web are counted, and their failures only when the search fails
-    assert counts(None) == {"actions": {"ambiguous": 1, "correct": 1, "incorrect": 1}, "web_searches": 2,
-                            "web_failures": 0}
-    assert counts(SearchBackendError("http://search: gave up after 4 attempts: timeout"))["web_failures"] == 2
+    assert counts(None) == {"actions": {"correct": 1, "incorrect": 1, "ambiguous": 1}, "web_searches": 2,
+                            "web_failures": 0, "web_empty": 0,
+                            "rewrites": {"rewritten": 2, "raw": 0, "no_keyword": 0, "failed": 0},
+                            "rewriter_fallbacks": 0, "fallbacks": {"passing_document": 0, "no_knowledge": 0}}
+    failed = counts(SearchBackendError("http://search: gave up after 4 attempts: timeout"))
+    # Cy (Incorrect) then reads nothing; Eve (Ambiguous) reads her internal knowledge, no fallback
+    assert (failed["web_failures"], failed["fallbacks"]["no_knowledge"]) == (2, 1)
     assert summarize([judge("qa", ("Orr",), {}, {"text": "Orr", "retrieved": True, "option": None})])["crag"] is None
 
 

@@ -104,6 +104,7 @@ def test_the_local_rewriter_stops_at_the_end_of_its_first_line():
     [rw] = LMRewriter(Recording(lambda p: "Ada, employer\n")).rewrite(["Where did Ada work?"])
     # test_crag's tokenizer spells "\n" in one token and "\n\n" in two: only the first can stop
     assert seen[0].stop_token_ids == (10,) and seen[0].max_new_tokens == 32
+    assert seen[0].reuse_prefix  # Table 7's few-shot text is kept by the engine between calls
     assert (rw.query, rw.how) == ("Ada, employer", "rewritten")
 
 

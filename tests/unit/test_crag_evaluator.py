@@ -1,17 +1,19 @@
 """The retrieval evaluator's data from the world's ground truth (CRAG §4.2, App. B.3), its held-out
-report and its startup check."""
+report (counting at the thresholds as the trigger does) and its startup check."""
 
 from __future__ import annotations
 
 from collections import Counter
+from statistics import fmean
 
 import pytest
 
 from raypipe.data.world_entities import World
 from raypipe.errors import ModelError
 from raypipe.evaluator_training.data import build_pairs, heldout_entity, passage_by_id, write_pairs
-from raypipe.evaluator_training.report import confusion, suggest_thresholds
+from raypipe.evaluator_training.report import confusion, report, suggest_thresholds
 from raypipe.methods.crag.retrieval_evaluator import load_evaluator
+from raypipe.methods.crag.trigger import Action, trigger
 from raypipe.retrieval.types import Passage
 from raypipe.settings.crag_tools import EvaluatorConfig, EvaluatorTrainConfig
 from raypipe.settings.data import WorldConfig
@@ -83,13 +85,45 @@ def test_suggested_thresholds_bound_the_errors_of_each_action():
     negatives = [-0.7 + 0.007 * i for i in range(100)]  # -0.7 .. -0.007
     positives = [-0.5 + 0.01 * i for i in range(40)]  # -0.5 .. -0.11
     got = suggest_thresholds(positives, negatives)
-    # upper: at most 1 negative (1%) at or above it; lower: at most 2 positives (5%) below it
+    # upper: at most 1 negative (1%) above it; lower: at most 2 positives (5%) below it
     assert got == {"upper": -0.01, "lower": -0.48}
-    assert sum(n >= got["upper"] for n in negatives) <= 1 and sum(p < got["lower"] for p in positives) <= 2
-    assert sum(n >= got["upper"] - 0.01 for n in negatives) > 1  # the lowest such value on the grid
+    assert sum(n > got["upper"] for n in negatives) <= 1 and sum(p < got["lower"] for p in positives) <= 2
+    assert sum(n > got["upper"] - 0.01 for n in negatives) > 1  # the lowest such value on the grid
     # scores squashed so that positives overlap negatives: lower is clamped to upper
     assert suggest_thresholds([-0.9, -0.8], [0.2, 0.3])["lower"] <= suggest_thresholds([-0.9, -0.8], [0.2, 0.3])["upper"]
     assert suggest_thresholds([], [0.1]) is None
+
+
+def test_a_suggested_upper_may_equal_a_negative_score_since_the_trigger_needs_higher_than_upper():
+    """Negatives at 0.25 exactly: an upper of 0.25 leaves them Ambiguous (the trigger's strict
+    "higher than"), so 0.25 is suggested, not 0.26; likewise a lower of -0.4 with positives at -0.4."""
+    got = suggest_thresholds([-0.4] * 20 + [0.5] * 20, [0.25] * 50 + [-0.9] * 50)
+    assert got == {"upper": 0.25, "lower": -0.4}
+    assert trigger([0.25], got["upper"], got["lower"]) is Action.AMBIGUOUS
+    assert trigger([-0.4], got["upper"], got["lower"]) is Action.AMBIGUOUS
+
+
+class ScoreByText:
+    """A scorer whose score is written in the document: 'score=<x>'."""
+
+    def score(self, pairs):
+        return [float(d.rsplit("score=", 1)[1]) for _, d in pairs]
+
+
+def test_the_report_counts_at_the_thresholds_as_the_trigger_does(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    upper, lower = 0.5, -0.5
+    positives, negatives = [0.5, 0.51, 0.9, -0.5], [-0.5, -0.51, -0.9, 0.5]
+    rows = [{"query": "q", "title": "t", "text": f"score={s}", "label": y, "kind": kind}
+            for scores, y, kind in ((positives, 1.0, "positive"), (negatives, -1.0, "retrieved")) for s in scores]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "heldout.parquet")
+    got = report(ScoreByText(), tmp_path / "heldout.parquet", upper, lower)["thresholds"]
+    # exactly at upper is Ambiguous (not Correct), exactly at lower is not Incorrect: 2 of 4 each way
+    assert got["positives_above_upper"] == 0.5 and got["negatives_below_lower"] == 0.5
+    assert got["positives_above_upper"] == fmean(trigger([s], upper, lower) is Action.CORRECT for s in positives)
+    assert got["negatives_below_lower"] == fmean(trigger([s], upper, lower) is Action.INCORRECT for s in negatives)
 
 
 def test_steps_per_epoch():

@@ -1,7 +1,9 @@
 """The HF engine: exact group probabilities, batching that changes nothing, stop rules (a stop token,
-the `stop_line` rule a row at a time), the frequency penalty."""
+the `stop_line` rule a row at a time), the frequency penalty, a prompt prefix kept between calls."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 import torch
@@ -180,3 +182,48 @@ def test_frequency_penalty_breaks_a_greedy_repeat_and_off_changes_nothing(tiny_m
     assert on.token_ids == [x, x, x, y, x, y, x, y]
     raw = torch.log_softmax(torch.tensor([1.0, 0.55], dtype=torch.float64), -1).tolist()
     assert on.token_logprobs[2:4] == pytest.approx(raw, abs=1e-4)
+
+
+QUESTIONS = ["Where was Ada Lind born?", "What is the occupation of Bob Orr?", "Who wrote The Mill?",
+             "In what city did Cy Dale work?", "Where?"]
+
+
+def _rewriter_prompts(engine: HFEngine) -> list[str]:
+    from raypipe.methods.crag.rewrite import LMRewriter
+
+    return [LMRewriter(engine).prompt(q) for q in QUESTIONS]
+
+
+def test_a_kept_prompt_prefix_gives_the_same_generations_as_running_every_prompt_whole(tiny_model_dir):
+    """CRAG's rewriter prompts (Table 7's few-shot text, then the question) in batches of 3, then one
+    by one (the rewriter's retry path): from the second batch on, each starts from the prefix an
+    earlier call kept, which must change no token."""
+    engine = HFEngine(tiny_model_dir, batch_size=3, device="cpu")
+    prompts = _rewriter_prompts(engine)
+    whole = engine.generate(prompts, GenerationParams(max_new_tokens=12))
+    reused = engine.generate(prompts, GenerationParams(max_new_tokens=12, reuse_prefix=True))
+    reused += [engine.generate([p], GenerationParams(max_new_tokens=12, reuse_prefix=True))[0] for p in prompts[::-1]]
+    for got, want in zip(reused, whole + whole[::-1], strict=True):
+        assert got.token_ids == want.token_ids and got.text == want.text
+        assert got.token_logprobs == pytest.approx(want.token_logprobs, abs=1e-4)
+
+
+def test_the_kept_prefix_runs_once_per_engine(tiny_model_dir):
+    engine = HFEngine(tiny_model_dir, batch_size=3, device="cpu")
+    prompts = _rewriter_prompts(engine)
+    # Table 7's text and the chat layout before the question: the tokens every rewriter prompt shares
+    shared = len(os.path.commonprefix([engine.tokenizer(p)["input_ids"] for p in prompts]))
+    assert shared > 300  # the tiny tokenizer's tokens for Table 7 (SmolLM2's: ~160)
+    widths: list[int] = []
+    hook = engine.model.register_forward_pre_hook(lambda _m, _a, kw: widths.append(kw["input_ids"].shape[1]),
+                                                  with_kwargs=True)
+    try:
+        for reuse in (False, True):
+            widths.clear()
+            engine.generate(prompts[:3], GenerationParams(max_new_tokens=2, reuse_prefix=reuse))  # one batch
+            engine.generate(prompts[3:], GenerationParams(max_new_tokens=2, reuse_prefix=reuse))  # another call
+            long_runs = sum(w >= shared for w in widths)
+            # without: each batch's prefill holds the whole text; with: the first call's prefix alone does
+            assert long_runs == (1 if reuse else 2), (reuse, widths)
+    finally:
+        hook.remove()

@@ -41,6 +41,10 @@ class GenerationParams:
     lowered by the penalty times the number of times the token was already generated (the prompt does
     not count). It escalates on a loop, where a constant penalty would not, and leaves copying from the
     prompt alone. Log-probabilities and group probabilities are still read from the model's own logits.
+    `reuse_prefix` says that the prompts begin with a long text that later calls repeat (CRAG's few-shot
+    rewriter prompt, Table 7): the HF engine keeps the KV cache of their common prefix between calls, so
+    that text runs once per engine, not once per prompt or batch (vLLM caches prefixes on its own and
+    ignores the flag). The tokens generated are the same with or without it.
     """
 
     max_new_tokens: int = 100
@@ -49,6 +53,7 @@ class GenerationParams:
     return_probs: bool = True
     stop_line: str | None = None
     frequency_penalty: float = 0.0
+    reuse_prefix: bool = False
 
 
 @dataclass(frozen=True)

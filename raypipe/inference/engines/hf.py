@@ -13,6 +13,14 @@ instruction: 70-90% of the tokens of the tiny critic's prompts): a batch runs it
 common prefix once, repeats its KV cache over the rows and runs only the suffixes (the prefix caching
 vLLM does on GPU, done here per batch). Causal attention makes the prefix's keys and values the same
 whether computed alone or inside each row, so results are unchanged.
+
+`generate` with `GenerationParams.reuse_prefix` goes one step further, across calls: the engine keeps
+the KV cache of the last such batch's common prefix (one row, `_Prefix`), and the next batch runs
+only what its own common prefix adds to the part it shares with that one, then its suffixes. CRAG's
+rewriter prompts share Table 7's few-shot text (~160 tokens of SmolLM2's, before each question), so
+that text runs once per engine. One prefix is kept (a few MB for a small LM's few hundred tokens),
+replaced by each batch that extends it; a model with sliding-window or recurrent layers, whose cache
+cannot be cut at a position, gets the per-batch prefix only.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from pathlib import Path
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 from raypipe.errors import ModelError
 from raypipe.inference.engines.base import (
@@ -56,6 +65,15 @@ class _Row:
     finish: FinishReason | None = None
 
 
+@dataclass(frozen=True)
+class _Prefix:
+    """A prompt prefix and its keys and values per layer (one row), kept between `reuse_prefix` calls;
+    never written to: a batch's cache copies what it reuses."""
+
+    ids: tuple[int, ...]
+    layers: tuple[tuple[torch.Tensor, torch.Tensor], ...]
+
+
 class HFEngine(Engine):
     """Greedy generation on a local HF folder; `batch_size` sequences per forward pass."""
 
@@ -77,6 +95,10 @@ class HFEngine(Engine):
         #: the forward's KV-cache keyword: `cache` in recent transformers releases, `past_key_values` before (the
         #: old name still works there but warns on every process's first call)
         self._cache_kw = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
+        #: the `reuse_prefix` memo, and whether this model's cache can be cut at a position to reuse one
+        self._prefix: _Prefix | None = None
+        layers = self._new_cache().layers  # none: a cache that makes its layers as they come, of any kind
+        self._cuttable = bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
 
     # --- prompts -----------------------------------------------------------------------------------
 
@@ -106,13 +128,58 @@ class HFEngine(Engine):
         input_ids, mask = input_ids.to(self.device), mask.to(self.device)
         return input_ids, mask, offset + (mask.cumsum(-1) - 1).clamp(min=0)
 
-    def _prefill(self, batch: list[list[int]]) -> tuple[torch.Tensor, DynamicCache, torch.Tensor, torch.Tensor]:
-        """Run the left-padded prompts; returns last-position logits, cache, mask and next positions."""
-        input_ids, mask, positions = self._padded(batch)
-        cache = DynamicCache(config=self.model.config)
+    def _new_cache(self) -> DynamicCache:
+        return DynamicCache(config=self.model.config)
+
+    def _run_suffixes(self, batch: list[list[int]], shared: int,
+                      cache: DynamicCache) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Run each prompt after its first `shared` tokens (already in `cache`, one row per prompt),
+        left-padded; returns last-position logits, the mask over cache and suffixes, next positions."""
+        input_ids, mask, positions = self._padded([ids[shared:] for ids in batch], offset=shared)
+        if shared > 0:
+            mask = torch.cat([mask.new_ones((len(batch), shared)), mask], dim=1)
         out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
                          **{self._cache_kw: cache}, use_cache=True, logits_to_keep=1)
-        return out.logits[:, -1].float(), cache, mask, positions[:, -1] + 1
+        return out.logits[:, -1].float(), mask, positions[:, -1] + 1
+
+    @staticmethod
+    def _shared_length(batch: list[list[int]]) -> int:
+        """The prompts' common prefix, less at least one token per prompt: the suffix run needs each
+        row's last prompt token to read its next-token logits."""
+        return max(0, min(len(os.path.commonprefix(batch)), min(len(ids) for ids in batch) - 1))
+
+    def _prefix_cache(self, batch: list[list[int]], remember: bool) -> tuple[int, DynamicCache]:
+        """The batch's common prefix run once, its cache repeated over the rows: (its length, the
+        cache). With `remember` (`reuse_prefix`), the run starts from the part of the kept prefix it
+        shares, and what it adds is kept for the next call; without it, a one-prompt batch shares
+        nothing (there is no second row to save the work of)."""
+        shared = self._shared_length(batch) if remember or len(batch) > 1 else 0
+        if shared == 0:
+            return 0, self._new_cache()
+        ids = tuple(batch[0][:shared])
+        kept = self._prefix if remember and self._cuttable else None
+        known = len(os.path.commonprefix([kept.ids, ids])) if kept else 0
+        cache = self._new_cache()
+        if known:
+            assert kept is not None
+            for layer, (keys, values) in zip(cache.layers, kept.layers, strict=True):
+                layer.update(keys[..., :known, :], values[..., :known, :])  # a copy: `update` concatenates
+        if known < shared:
+            self.model(input_ids=torch.tensor([ids[known:]], device=self.device),
+                       position_ids=torch.arange(known, shared, device=self.device)[None],
+                       **{self._cache_kw: cache}, use_cache=True, logits_to_keep=1)
+            if remember and self._cuttable:
+                self._prefix = _Prefix(ids, tuple((layer.keys, layer.values) for layer in cache.layers))
+        cache.batch_repeat_interleave(len(batch))  # new tensors: the kept prefix is not written to
+        return shared, cache
+
+    def _prefill(self, batch: list[list[int]],
+                 reuse_prefix: bool) -> tuple[torch.Tensor, DynamicCache, torch.Tensor, torch.Tensor]:
+        """Run the prompts (their kept common prefix first with `reuse_prefix`); returns last-position
+        logits, cache, mask and next positions."""
+        shared, cache = self._prefix_cache(batch, remember=True) if reuse_prefix else (0, self._new_cache())
+        logits, mask, positions = self._run_suffixes(batch, shared, cache)
+        return logits, cache, mask, positions
 
     # --- probabilities -----------------------------------------------------------------------------
 
@@ -154,7 +221,7 @@ class HFEngine(Engine):
         stop = self.eos | frozenset(params.stop_token_ids)
         rows = [_Row(context_id=ids[-1] if ids else None) for ids in batch]
         lines = [LineStop(self.tokenizer, params.stop_line, row.context_id) for row in rows] if params.stop_line else None
-        logits, cache, mask, positions = self._prefill(batch)
+        logits, cache, mask, positions = self._prefill(batch, params.reuse_prefix)
         live = list(range(len(rows)))  # row index of each batch position
         live_index = torch.arange(len(rows), device=self.device)
         nll = torch.zeros((len(rows), params.max_new_tokens), device=self.device) if params.return_probs else None
@@ -203,20 +270,8 @@ class HFEngine(Engine):
 
     def _last_logits(self, batch: list[list[int]]) -> torch.Tensor:
         """Logits at each row's last prompt token: the shared prefix once, then the padded suffixes."""
-        shared = len(os.path.commonprefix(batch)) if len(batch) > 1 else 0
-        shared = min(shared, min(len(ids) for ids in batch) - 1)  # every row keeps its answer position
-        cache = None
-        if shared > 0:
-            prefix = torch.tensor([batch[0][:shared]], dtype=torch.long, device=self.device)
-            cache = DynamicCache(config=self.model.config)
-            self.model(input_ids=prefix, **{self._cache_kw: cache}, use_cache=True, logits_to_keep=1)
-            cache.batch_repeat_interleave(len(batch))
-        input_ids, mask, positions = self._padded([ids[shared:] for ids in batch], offset=shared)
-        if shared > 0:
-            mask = torch.cat([mask.new_ones((len(batch), shared)), mask], dim=1)
-        out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
-                         **{self._cache_kw: cache}, use_cache=cache is not None, logits_to_keep=1)
-        return out.logits[:, -1].float()
+        shared, cache = self._prefix_cache(batch, remember=False)
+        return self._run_suffixes(batch, shared, cache)[0]
 
     @torch.inference_mode()
     def next_token_probs(self, prompts: list[str], tokens: tuple[str, ...]) -> list[dict[str, float]]:

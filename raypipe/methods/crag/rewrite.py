@@ -8,7 +8,7 @@ The paper prompts ChatGPT with the few-shot prompt of Table 7. The rewriter is p
 - `none`: the raw question (Table 3 "w/o rewriting").
 Replies are parsed leniently (`parse_keywords`); a reply with no usable keyword, or a rewriter that
 fails (an endpoint, or the local LM raising), falls back to the raw question for that request alone,
-and the rewrite's trace says so (`how: raw` / `failed`).
+and the rewrite's trace says so (`how: no_keyword` / `failed`); eval counts both (`rewrites`).
 """
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ _LINE_ENDS = ("\n", "\n\n", "\n\n\n")
 @dataclass(frozen=True)
 class Rewrite:
     """A web query and how it was made: `rewritten` (keywords parsed from a reply), `raw` (the
-    question itself: rewriter `none`, or a reply with no keyword), `failed` (the rewriter failed)."""
+    question itself, rewriter `none`), or the question itself because the rewriter fell back:
+    `no_keyword` (its reply held no usable keyword) or `failed` (the rewriter failed)."""
 
     query: str
     how: str
@@ -93,12 +94,12 @@ def _words(text: str) -> set[str]:
 def _from_reply(question: str, reply: str) -> Rewrite:
     """A reply none of whose keywords shares a word with the question is not a query for it (our
     guard: a small LM tends to answer one of the prompt's examples instead, e.g. "The religion of
-    John Gwynn is Christianity"); the raw question is searched then."""
+    John Gwynn is Christianity"); the raw question is searched then (`no_keyword`)."""
     keywords = parse_keywords(reply)
     if not any(_words(k) & _words(question) for k in keywords):
         keywords = []
     if not keywords:
-        return Rewrite(question, "raw", reply=reply)
+        return Rewrite(question, "no_keyword", reply=reply)
     return Rewrite(", ".join(keywords), "rewritten", reply=reply)
 
 
@@ -114,7 +115,9 @@ class RawRewriter:
 
 
 class LMRewriter:
-    """Table 7's prompt as the user turn of the LM's chat template; one greedy engine call.
+    """Table 7's prompt as the user turn of the LM's chat template; one greedy engine call. Every
+    prompt begins with the same few-shot text, so the call asks the engine to keep its KV cache
+    between calls (`GenerationParams.reuse_prefix`): it is run once per engine, not once per batch.
 
     An engine that raises (a served LM's replica gone, a prompt it refuses) fails no request: the
     batch is retried question by question, and each question whose call still raises is searched
@@ -132,7 +135,7 @@ class LMRewriter:
         if not questions:
             return []
         params = GenerationParams(max_new_tokens=REWRITE_TOKENS, return_probs=False,
-                                  stop_token_ids=line_end_ids(self.engine.tokenizer))
+                                  stop_token_ids=line_end_ids(self.engine.tokenizer), reuse_prefix=True)
         try:
             generations = self.engine.generate([self.prompt(q) for q in questions], params)
         except Exception as exc:

@@ -31,6 +31,17 @@ class Action(str, Enum):
     AMBIGUOUS = "ambiguous"
 
 
+def above_upper(score: float, upper: float) -> bool:
+    """A document the evaluator judges relevant enough for Correct: "higher than" `upper`, strictly.
+    The evaluator's report counts with this predicate too, so report and trigger agree at the boundary."""
+    return score > upper
+
+
+def below_lower(score: float, lower: float) -> bool:
+    """A document the evaluator judges irrelevant enough for Incorrect: "below" `lower`, strictly."""
+    return score < lower
+
+
 def trigger(scores: Sequence[float], upper: float, lower: float, actions: CRAGActions = "all") -> Action:
     """The action for one request whose documents scored `scores`."""
     if not scores:
@@ -39,10 +50,10 @@ def trigger(scores: Sequence[float], upper: float, lower: float, actions: CRAGAc
         return Action(actions.removeprefix("only_"))
     best = max(scores)
     if actions == "no_ambiguous":
-        return Action.CORRECT if best > upper else Action.INCORRECT
-    if best > upper:
+        return Action.CORRECT if above_upper(best, upper) else Action.INCORRECT
+    if above_upper(best, upper):
         action = Action.CORRECT
-    elif best < lower:
+    elif below_lower(best, lower):
         action = Action.INCORRECT
     else:
         action = Action.AMBIGUOUS
