@@ -1,4 +1,4 @@
-"""`raypipe demo`: the whole system on the embedded defaults, end to end.
+"""`raypipe demo`: the whole system on one config (by default the demo's, raypipe/demo.yaml), end to end.
 
 Each stage is an ordinary job function run in order on one config, with a short "show" step that
 prints what the stage made (a few retrievals, the critic's agreement table, augmented outputs, the

@@ -31,6 +31,7 @@ from raypipe.settings.retrieval import RetrievalConfig
 from tests.cluster_nodes import (
     BIN,
     ROOT,
+    SECTION_DEFAULTS,
     SMALL_NODES,
     NetnsCluster,
     base_env,
@@ -151,7 +152,7 @@ def write_instance_shards(world_dir: Path, out: Path, shards: int, rows_per_shar
 
 def augment_argv(inputs: AugmentInputs, out: Path, batch_size: int = 4) -> list[str]:
     """The augment job with sampling off, so every input id must come out exactly once."""
-    return [PY, "jobs/augment.py", f"--set=augment.instances={inputs.instances}",
+    return [PY, "jobs/augment.py", SECTION_DEFAULTS, f"--set=augment.instances={inputs.instances}",
             f"--set=augment.critic={inputs.critic}", f"--set=augment.out_dir={out}",
             f"--set=retrieval.index.passages={inputs.passages}", f"--set=retrieval.index.out_dir={inputs.index}",
             f"--set=augment.batch_size={batch_size}", "--set=augment.sampling.drop_no_retrieval=0",
@@ -280,7 +281,7 @@ def train_argv(base_model: Path, data: Path, out: Path, max_failures: int = 1) -
     """Generator training (Eq. 2) under ZeRO-3 on 2 workers of one CPU each: the nodes have one CPU
     each, so the two workers are on two nodes. One epoch, a checkpoint every 2 optimizer steps."""
     stages = "[{name: main, lr: 1.0e-3, mask: [prompt, paragraph], epochs: 1}]"
-    return [PY, "jobs/train.py", "generator", f"--set=training.generator.base_model={base_model}",
+    return [PY, "jobs/train.py", "generator", SECTION_DEFAULTS, f"--set=training.generator.base_model={base_model}",
             f"--set=training.generator.data={data}", f"--set=training.generator.out_dir={out}",
             f"--set=training.generator.stages={stages}", "--set=training.generator.num_workers=2",
             "--set=training.generator.cpus_per_worker=1", "--set=training.generator.micro_batch_size=4",

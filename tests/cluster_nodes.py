@@ -29,6 +29,9 @@ from pathlib import Path
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
+#: a job's --config for the sections' own defaults, which the tests' jobs and their overrides are sized
+#: for (without --config a job runs the demo's config)
+SECTION_DEFAULTS = "--config=/dev/null"
 BIN = Path(sys.executable).parent
 
 #: Ray's node health checks, shortened so a dead or unreachable node is declared dead in a few seconds

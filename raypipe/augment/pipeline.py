@@ -380,7 +380,7 @@ def check_settings(out_dir: Path, settings: dict[str, Any], n_done: int) -> None
     """Refuse to add shards to a folder whose finished shards were made with other settings.
 
     A rerun resumes: it keeps the finished shards and writes the rest. With other settings (another
-    config, or none: the defaults differ from configs/demo.yaml) the folder would end up holding two
+    config, or other --set values) the folder would end up holding two
     data sets that look like one, and training would read both. Refusing, with the differences and
     the ways out, is what a user resuming a run needs; a folder without finished shards just takes
     the new settings.

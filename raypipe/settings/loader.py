@@ -37,11 +37,11 @@ _ABSENT = object()
 def _nested(dotted: str, value: Any) -> dict[str, Any]:
     """`a.b=v` as {"a": {"b": v}}."""
     out: dict[str, Any] = {}
-    _set_path(out, dotted, value, "--set")
+    set_path(out, dotted, value, "--set")
     return out
 
 
-def _set_path(data: dict[str, Any], dotted: str, value: Any, source: str) -> None:
+def set_path(data: dict[str, Any], dotted: str, value: Any, source: str) -> None:
     keys = dotted.split(".")
     node = data
     for i, key in enumerate(keys[:-1]):
@@ -68,15 +68,17 @@ def parse_override(item: str) -> tuple[str, Any]:
 EXTENDS_KEY = "extends"
 
 
-def _merged(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+def merged(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in top.items():
-        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
     return out
 
 
-def _read_config_file(path: Path, chain: tuple[Path, ...] = ()) -> dict[str, Any]:
-    """A YAML config file's mapping, with the file it `extends` (and that file's, ...) underneath."""
+def config_file_layers(path: Path, chain: tuple[Path, ...] = ()) -> list[tuple[str, dict[str, Any]]]:
+    """(file, its own mapping) of a YAML config file and of every file it `extends`, the base first:
+    merged in this order they are the file's settings (`read_config_file`); kept apart they say which
+    file set which key (raypipe.settings.sources)."""
     if not path.exists():
         raise ConfigError(f"config file not found: {path}" + (f" (extended by {chain[-1]})" if chain else ""))
     if path.resolve() in chain:
@@ -89,10 +91,18 @@ def _read_config_file(path: Path, chain: tuple[Path, ...] = ()) -> dict[str, Any
         raise ConfigError(f"{path}: top level must be a mapping, got {type(loaded).__name__}")
     parent = loaded.pop(EXTENDS_KEY, None)
     if parent is None:
-        return loaded
+        return [(str(path), loaded)]
     if not isinstance(parent, str):
         raise ConfigError(f"{path}: {EXTENDS_KEY} must be a file path, got {parent!r}")
-    return _merged(_read_config_file(path.parent / parent, (*chain, path.resolve())), loaded)
+    return [*config_file_layers(path.parent / parent, (*chain, path.resolve())), (str(path), loaded)]
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """A YAML config file's mapping, with the file it `extends` (and that file's, ...) underneath."""
+    data: dict[str, Any] = {}
+    for _, layer in config_file_layers(path):
+        data = merged(data, layer)
+    return data
 
 
 def load_settings(root: type[Root], path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (),
@@ -105,14 +115,14 @@ def load_settings(root: type[Root], path: str | Path | None = None, overrides: l
     """
     moved = moved or {}
     source = str(path) if path is not None else "<defaults>"
-    data = _read_config_file(Path(path)) if path is not None else {}
+    data = read_config_file(Path(path)) if path is not None else {}
     errors = moved_key_errors(data, source, moved)
     set_by: dict[tuple[str, ...], str] = {}
     for item in overrides:
         key, value = parse_override(item)
         errors += [line.replace(f"<set>: {key}:", f"--set {item}:")
                    for line in moved_key_errors(_nested(key, value), "<set>", moved)]
-        _set_path(data, key, value, f"{source} (--set {item})")
+        set_path(data, key, value, f"{source} (--set {item})")
         set_by[tuple(key.split("."))] = item
     if errors:
         raise ConfigError("\n".join(errors))

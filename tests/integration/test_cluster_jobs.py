@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 from ray.job_submission import JobSubmissionClient
 
-from tests.cluster_nodes import ROOT, base_env, start_local_head
+from tests.cluster_nodes import ROOT, SECTION_DEFAULTS, base_env, start_local_head
 
 pytestmark = pytest.mark.slow
 
@@ -63,9 +63,10 @@ def _uploaded_package(node) -> Path:
 def test_synth_index_augment_chain_as_submitted_jobs(head, tiny_model_dir, tmp_path):
     node, dashboard = head
     world, index, gen = tmp_path / "world", tmp_path / "index", tmp_path / "gen"
-    common = [f"--set=retrieval.index.passages={world / 'passages'}", f"--set=retrieval.index.out_dir={index}"]
+    common = [SECTION_DEFAULTS, f"--set=retrieval.index.passages={world / 'passages'}",
+              f"--set=retrieval.index.out_dir={index}"]
 
-    _, status, logs = _submit(dashboard, ["python", "jobs/synth.py", f"--set=world.out_dir={world}",
+    _, status, logs = _submit(dashboard, ["python", "jobs/synth.py", SECTION_DEFAULTS, f"--set=world.out_dir={world}",
                                           "--set=world.instances=48", "--set=world.eval_instances=10",
                                           "--set=world.shard_size=16", "--set=world.seed=3"])
     assert status == "SUCCEEDED", logs[-3000:]

@@ -112,7 +112,7 @@ def test_docs_exist_and_links_are_found() -> None:
 
 
 @pytest.mark.parametrize(("heading", "anchor"), [
-    ("Training: `raypipe train critic|generator|self_reasoning`", "training-raypipe-train-criticgeneratorself_reasoning"),
+    ("Training: `raypipe train critic|generator|self-reasoning`", "training-raypipe-train-criticgeneratorself-reasoning"),
     ("§1 What flows through the system", "1-what-flows-through-the-system"),
     ("Reproducing the papers' tables", "reproducing-the-papers-tables"),
     ("ZeRO-3 memory on the real LM (2026-11-24)", "zero-3-memory-on-the-real-lm-2026-11-24"),
