@@ -3,7 +3,7 @@
 Shape of the job:
 
     read parquet shards -> validate -> [critic] retrieve decision + IsUse -> segment (spaCy)
-    -> [retriever] first evidence -> [critic] per-segment retrieve -> [retriever] top-K per segment
+    -> [retriever] top-K for the whole output -> [critic] per-segment retrieve -> [retriever] top-K per segment
     -> [critic] IsRel / IsSup / choose -> render + sampling policy -> driver writes one output shard
     per input shard as soon as its last row arrives.
 

@@ -21,9 +21,7 @@ class SamplingConfig(Section):
     #: critic judged [Irrelevant] in place of the chosen one (`augment.stages.render_contrast`). Where
     #: retrieval finds the gold passage for nearly every question, the chosen passages are all
     #: [Relevant] and up-sampling [Irrelevant] rows finds none (the demo of 2026-11-27: 42 of 2,350),
-    #: so the generator never sees a namesake's passage rejected. 0 = off (the paper's policy). It only
-    #: reaches rows whose segment searched top-K (15 of 329 QA rows in that demo: most insert the first
-    #: evidence alone)
+    #: so the generator never sees a namesake's passage rejected. 0 = off (the paper's policy)
     contrast_irrelevant_qa: float = Field(0.0, ge=0.0, le=1.0)
     seed: int = 0
 
