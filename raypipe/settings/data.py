@@ -72,6 +72,11 @@ class LimitsConfig(Section):
     max_output_sentences: int = Field(200, ge=1)
     #: characters of a passage's `title`, and of its `text`
     max_passage_chars: int = Field(16_000, ge=1)
+    #: bytes of one line of a JSON-lines file (instances, passages), newline included: a longer line is
+    #: a `too_long` reject (field `line`) found by a bounded read, so one 100 MB line never sits in
+    #: memory whole. 1 MiB holds three fields at their character limits even as 6-byte JSON escapes
+    #: (288 KB) with room for `meta`
+    max_line_bytes: int = Field(1_048_576, ge=1)
 
     def chars(self, kind: str) -> dict[str, int]:
         """Field -> longest accepted value in characters, for rows of `kind` (instance or passage)."""
