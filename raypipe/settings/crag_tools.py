@@ -54,7 +54,10 @@ class EvaluatorTrainConfig(Section):
     num_workers: int = Field(1, ge=1)
     cpus_per_worker: float = Field(1.0, gt=0)
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    #: the GPU type the workers must land on (as `training.*.accelerator_type`); None = any GPU
+    accelerator_type: str | None = None
     checkpoint_every: int = Field(200, ge=1)
+    #: checkpoints the run keeps on disk, the latest ones (Ray Train's `CheckpointConfig.num_to_keep`)
     keep_checkpoints: int = Field(2, ge=1)
     max_failures: int = Field(0, ge=-1)
     seed: int = 0

@@ -40,6 +40,12 @@ class TrainConfig(Section):
     cpus_per_worker: float = Field(1.0, gt=0)
     #: `auto` = GPUs (NCCL) when the cluster has them, else CPUs (gloo)
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    #: the GPU type the workers (and the run's coordinator) must land on, as Ray names it (Ray Train's
+    #: `ScalingConfig.accelerator_type`: a node offers `A100`, `A10G`, ... when Ray detects it, or any
+    #: name its start resources declare as `accelerator_type:<name>`, e.g. `A100-80G`). A model sized
+    #: for a GPU's memory then waits for such a node instead of running out of memory on a smaller
+    #: one. None = any GPU; ignored on CPU workers
+    accelerator_type: str | None = None
     #: global batch = micro_batch_size x grad_accum x num_workers
     micro_batch_size: int = Field(8, ge=1)
     grad_accum: int = Field(1, ge=1)
@@ -68,6 +74,10 @@ class TrainConfig(Section):
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     #: optimizer steps between checkpoints (one is also written at the end of every epoch)
     checkpoint_every: int = Field(100, ge=1)
+    #: checkpoints a stage's run keeps on disk, the latest ones (Ray Train's `CheckpointConfig.num_to_keep`):
+    #: its disk use is this many times a checkpoint, about 14 bytes per parameter under ZeRO (the fp32
+    #: master weights and Adam's two moments, 12, plus the bf16 partitions): ~100 GB for a 7B model,
+    #: ~2 GB for the demo's SmolLM2. 2, so that a checkpoint being written never leaves none whole
     keep_checkpoints: int = Field(2, ge=1)
     #: optimizer steps between metric reports (loss, lr, tokens/s)
     log_every: int = Field(10, ge=1)
