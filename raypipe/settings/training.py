@@ -76,8 +76,8 @@ class TrainConfig(Section):
     checkpoint_every: int = Field(100, ge=1)
     #: checkpoints a stage's run keeps on disk, the latest ones (Ray Train's `CheckpointConfig.num_to_keep`):
     #: its disk use is this many times a checkpoint, about 14 bytes per parameter under ZeRO (the fp32
-    #: master weights and Adam's two moments, 12, plus the bf16 partitions): ~100 GB for a 7B model,
-    #: ~2 GB for the demo's SmolLM2. 2, so that a checkpoint being written never leaves none whole
+    #: master weights and Adam's two moments, 12, plus the bf16 partitions; frozen layers need no
+    #: optimizer state): ~100 GB for a 7B model. 2, so that a checkpoint being written never leaves none whole
     keep_checkpoints: int = Field(2, ge=1)
     #: optimizer steps between metric reports (loss, lr, tokens/s)
     log_every: int = Field(10, ge=1)
