@@ -1,5 +1,6 @@
 """A finished eval, shown in the terminal: accuracy (FactScore for long-form sets) by set and retrieval
-mode, and a few answers with the passages they cite (what `make demo` prints after `raypipe eval`)."""
+mode, and a few answers with the passages they cite (what `make demo` prints after `raypipe eval`);
+the world's eval sets by readable names, QA first, in every table that shows them."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from rich import box
-from rich.console import Console
 from rich.table import Table
 
 #: characters of an answer shown; untrained demo models can ramble for the whole length cap
@@ -57,7 +57,7 @@ def accuracy_table(metrics: dict[str, Any]) -> Table:
     table = Table(title="Eval: accuracy % (retrieval %); FS = FactScore %", box=box.SIMPLE_HEAD,
                   title_justify="left", caption_justify="left", show_edge=False, pad_edge=False,
                   padding=0,
-                  caption="plain instructions need no retrieval: their retrieval % should stay low"
+                  caption="plain instructions: retrieval % should be low"
                   if "heldout_noret" in per_set else None)
     table.add_column("eval set", no_wrap=True)
     for mode in modes:
@@ -83,19 +83,20 @@ def sample_answers(out_dir: str | Path, variant: str = "adaptive", n: int = 3) -
     return [row for rows in per_set.values() for row in rows]
 
 
-def print_report(out_dir: str | Path, variant: str = "adaptive", n: int = 3, console: Console | None = None) -> None:
-    console = console or Console()
-    metrics = json.loads((Path(out_dir) / "metrics.json").read_text())
-    console.print(accuracy_table(metrics))
-    if variant not in metrics["overall"]:
-        return
+def answers_table(out_dir: str | Path, variant: str = "adaptive", n: int = 3) -> Table | None:
+    """The first `n` questions of each eval set (QA first) with `variant`'s answer, the gold answer and
+    the passages cited; None when `variant` was not evaluated."""
+    if not (Path(out_dir) / "predictions" / f"{variant}.jsonl").is_file():
+        return None
     answers = Table(title=f"Held-out questions ({variant} retrieval)", show_lines=True)
     for column in ("question", "answer", "gold", "cites"):
         answers.add_column(column, overflow="fold")
-    for row in sample_answers(out_dir, variant, n):
+    chosen = sample_answers(out_dir, variant, n)
+    order = {name: i for i, name in enumerate(ordered_sets({row["set"] for row in chosen}))}
+    for row in sorted(chosen, key=lambda r: order[r["set"]]):
         answer = row["option"] if row["task"] != "qa" and row["option"] else row["text"][:ANSWER_CHARS]
         cites = ", ".join(f"{c['title']} ({c['passage_id']})" for c in row["citations"]) or "-"
         mark = {True: "[green]✓[/green]", False: "[red]✗[/red]", None: "·"}[row["correct"]]
         question = row["input"] if row["task"] in ("fact", "mc") else " ".join((row["instruction"], row["input"])).strip()
         answers.add_row(question, f"{mark} {answer}", ", ".join(row["golds"]) or "(not judged)", cites)
-    console.print(answers)
+    return answers
