@@ -72,6 +72,10 @@ class EvalConfig(Section):
     """`raypipe eval`: decoding as a Ray Data batch job over eval sets, metrics, sweeps and plots."""
 
     generator: str = default_path("eval.generator")
+    #: a method's own generator folder (the model its `engine` tool loads) where it is not `generator`,
+    #: e.g. `self_reasoning: runs/ls_lm/models/self_reasoning` beside Self-RAG's generator, so that one
+    #: eval runs every method on its own model (configs/results_table.yaml)
+    generators: dict[MethodName, str] = {}
     #: jsonl files of QA rows (question, answers), fact rows (claim, label), multiple-choice rows
     #: (question, choices, answerKey) or instruction rows (instruction, input, answers), or the papers'
     #: released files (raypipe/eval/released.py); heldout_noret holds instructions that need no
