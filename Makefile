@@ -18,7 +18,7 @@ export TOKENIZERS_PARALLELISM := false
 # Keep every benchmark's and test's numbers comparable and avoid oversubscribing 2 cores.
 export RAY_DEDUP_LOGS := 1
 
-.PHONY: setup demo test test-unit lint bench clean
+.PHONY: setup demo test test-unit lint docs bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -44,6 +44,10 @@ test-unit: setup
 
 lint: setup
 	$(BIN)/ruff check .
+
+# docs/configuration.md from the settings models (tests/unit/test_config_docs.py fails when it is stale)
+docs: setup
+	$(BIN)/python -m raypipe.config_docs > docs/configuration.md
 
 bench: setup
 	@for b in benchmarks/[a-z]*.py; do n=$$(basename $$b .py); echo "== $$n"; $(BIN)/python -m benchmarks.$$n || exit 1; done

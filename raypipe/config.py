@@ -46,6 +46,7 @@ class RobustnessConfig(Section):
     `metrics.json` `robustness` (raypipe.eval.robustness). Each rate above 0 is one more decoding of
     every such method, so it is off unless enabled."""
 
+    #: decode every retrieving method again at each removal rate
     enabled: bool = False
     #: shares of the accurate results removed (the paper's Fig. 3 spans 0 to 1); rate 0 is the
     #: method's own eval, decoded once
@@ -71,13 +72,20 @@ class RetrievalNoiseConfig(DocumentNoise):
 class EvalConfig(Section):
     """`raypipe eval`: decoding as a Ray Data batch job over eval sets, metrics, sweeps and plots."""
 
+    #: the generator folder of every method's `engine` tool (the Self-RAG generator), unless `generators`
+    #: names another
     generator: str = default_path("eval.generator")
+    #: a method's own generator folder (the model its `engine` tool loads) where it is not `generator`,
+    #: e.g. `self_reasoning: runs/ls_lm/models/self_reasoning` beside Self-RAG's generator, so that one
+    #: eval runs every method on its own model (configs/results_table.yaml)
+    generators: dict[MethodName, str] = {}
     #: jsonl files of QA rows (question, answers), fact rows (claim, label), multiple-choice rows
     #: (question, choices, answerKey) or instruction rows (instruction, input, answers), or the papers'
     #: released files (raypipe/eval/released.py); heldout_noret holds instructions that need no
     #: retrieval, so retrieval frequency per set shows adaptivity; the world also writes
     #: heldout_longform.jsonl (biographies, instruction + facts, scored by FactScore)
     eval_sets: list[str] = eval_set_paths(default_path("world.out_dir"))
+    #: predictions/, metrics.json, results.md, plots
     out_dir: str = default_path("eval.out_dir")
     #: the methods evaluated, each with its `methods.<name>` settings and its `sweeps.<name>` variants
     methods: list[MethodName] = ["selfrag"]
@@ -109,24 +117,33 @@ class ServeConfig(Section):
     CPU shares are fractional so that one replica of everything, plus a second Decoder, fits on 2
     cores."""
 
+    #: the address Serve's HTTP proxy binds
     host: str = "127.0.0.1"
+    #: its port
     port: int = Field(8000, ge=1, le=65535)
-    #: Serve application name and its HTTP route prefix
+    #: Serve application name
     app_name: str = "raypipe"
+    #: the app's HTTP route prefix
     route_prefix: str = "/"
     #: the generator checkpoint (an HF folder) the Generator deployment loads
     generator: str = default_path("serve.generator")
     #: the model id reported by /v1/models and echoed in responses
     model_name: str = "selfrag"
-    #: the methods this server answers with (a request names one in `method`), and the one a request
-    #: that names none gets; deployments are bound only for the tools these methods use
+    #: the methods this server answers with (a request names one in `method`); deployments are bound
+    #: only for the tools these methods use
     methods: list[MethodName] = ["selfrag"]
+    #: the method a request that names none gets (one of `methods`)
     default_method: MethodName = "selfrag"
     # --- Decoder autoscaling (Serve autoscaling_config) ---
+    #: Decoder replicas the autoscaler keeps at least ...
     min_replicas: int = Field(1, ge=0)
+    #: ... and at most
     max_replicas: int = Field(2, ge=1)
+    #: requests per Decoder replica the autoscaler aims at
     target_ongoing_requests: float = Field(2.0, gt=0)
+    #: seconds a higher load must last before a replica is added
     upscale_delay_s: float = Field(2.0, ge=0)
+    #: seconds a lower load must last before a replica is removed
     downscale_delay_s: float = Field(10.0, ge=0)
     #: seconds of load history the autoscaler averages over
     look_back_period_s: float = Field(30.0, gt=0)
@@ -144,35 +161,48 @@ class ServeConfig(Section):
     #: Retry-After header (seconds) of 503 answers
     retry_after_s: int = Field(1, ge=0)
     # --- fixed-size deployments ---
+    #: replicas of the HTTP ingress
     ingress_replicas: int = Field(1, ge=1)
+    #: replicas of the Generator (each holds the generator LM)
     generator_replicas: int = Field(1, ge=1)
+    #: replicas of Retrieval (each holds the index)
     retrieval_replicas: int = Field(1, ge=1)
     #: replicas of one deployment a node may hold (Serve's max_replicas_per_node; None: no limit).
     #: 1 puts each deployment's replicas on different nodes, so that a node's death takes at most one
     #: replica of each and the others keep serving while Serve replaces it (it caps the autoscaled
     #: Decoder too: max_replicas Decoders then need as many nodes)
     max_replicas_per_node: int | None = Field(None, ge=1)
+    #: CPU share of one ingress replica
     ingress_cpus: float = Field(0.1, gt=0)
+    #: CPU share of one Decoder replica
     decoder_cpus: float = Field(0.2, gt=0)
+    #: CPU share of one Generator replica
     generator_cpus: float = Field(0.5, gt=0)
+    #: CPU share of one Retrieval replica
     retrieval_cpus: float = Field(0.3, gt=0)
-    #: CRAG's deployments, bound only when a served method uses them: the retrieval evaluator and the
-    #: web search source (the instruct LM gets a second Generator deployment, with generator_cpus)
+    #: CPU share of one retrieval-evaluator replica. CRAG's deployments are bound only when a served
+    #: method uses them (the instruct LM gets a second Generator deployment, with generator_cpus)
     evaluator_cpus: float = Field(0.2, gt=0)
+    #: CPU share of one web search replica (CRAG's second source; bound as the evaluator)
     web_cpus: float = Field(0.1, gt=0)
     #: GPU share of a Generator replica when the cluster has GPUs (then vLLM schedules its own batches)
     generator_gpus: float = Field(1.0, gt=0)
     #: torch threads per Generator / Retrieval replica (one core's worth on a 2-core machine)
     torch_threads: int = Field(1, ge=1)
-    #: @serve.batch: concurrent engine (and retriever) calls merged into one call at most, and how long
-    #: the first call of a batch waits for others
+    #: @serve.batch: concurrent engine (and retriever) calls merged into one call at most
     max_batch_size: int = Field(16, ge=1)
+    #: seconds the first call of a batch waits for others
     batch_wait_timeout_s: float = Field(0.01, ge=0)
     # --- request limits (422 beyond them) ---
+    #: characters of a request's prompt (its messages together) at most
     max_prompt_chars: int = Field(4000, ge=1)
+    #: the largest `top_k` a request may ask for
     max_top_k: int = Field(20, ge=1)
+    #: the largest `beam_width`
     max_beam_width: int = Field(8, ge=1)
+    #: the largest `max_depth`
     max_depth_limit: int = Field(8, ge=1)
+    #: the largest `max_tokens` (and `max_completion_tokens`)
     max_tokens_limit: int = Field(512, ge=1)
     #: request body size in bytes at most (413 beyond it), checked on Content-Length and on the bytes
     #: received before the body is parsed; 1 MiB holds any prompt within max_prompt_chars

@@ -8,13 +8,16 @@ markers), so `make demo` is idempotent. Sized to finish on a 2-core laptop in un
 The terminal gets one compact table per stage (nested stats folded into one row per top-level key;
 the full stats are in each stage's output folder), progress bars on a terminal (Ray Data's own; a
 step counter with the loss while a model trains), and no worker output: Ray's workers log to the
-session folder printed at the start (raypipe.logs).
+session folder printed at the start (raypipe.logs). It ends with the eval table and the next steps
+(`closing_block`), so the last screen says what came out and what to do with it; the whole output
+stays under 300 lines.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import shlex
 import sys
 import threading
 import time
@@ -23,7 +26,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, Group
+from rich.rule import Rule
 from rich.table import Table
 
 from raypipe.config import RaypipeConfig
@@ -34,6 +38,10 @@ console = Console()
 Stage = Callable[[RaypipeConfig], dict[str, Any]]
 
 
+#: what the demo shows of the web index's stats: the passage index's table above has the same rows
+WEB_INDEX_SHOWN = ("out_dir", "n_passages", "rows_embedded", "embed_seconds")
+
+
 def _web_index(cfg: RaypipeConfig) -> dict[str, Any]:
     """The separate "web" corpus index that CRAG's fallback search reads."""
     from raypipe.retrieval.build import run_build_index
@@ -41,7 +49,15 @@ def _web_index(cfg: RaypipeConfig) -> dict[str, Any]:
     web = cfg.model_copy(deep=True)
     web.retrieval.index.passages = str(Path(cfg.world.out_dir) / "web" / "passages")
     web.retrieval.index.out_dir = cfg.retrieval.fallback.index_dir or str(Path(cfg.retrieval.index.out_dir).parent / "web_index")
-    return run_build_index(web)
+    stats = run_build_index(web)
+    return {key: stats[key] for key in WEB_INDEX_SHOWN if key in stats}
+
+
+def _evaluate(cfg: RaypipeConfig) -> dict[str, Any]:
+    """`raypipe eval`; its accuracy and retrieval frequency are left to the table that closes the demo."""
+    from raypipe.eval.runner import run_eval
+
+    return {k: v for k, v in run_eval(cfg).items() if k not in ("accuracy", "retrieval_frequency")}
 
 
 def _heldout_questions(cfg: RaypipeConfig, n: int) -> list[str]:
@@ -79,10 +95,13 @@ def _show_augmented(cfg: RaypipeConfig) -> dict[str, Any]:
     return {}
 
 
-def _show_eval(cfg: RaypipeConfig) -> dict[str, Any]:
-    from raypipe.eval.report import print_report
+def _show_answers(cfg: RaypipeConfig) -> dict[str, Any]:
+    """One answer per eval set (all are in predictions/); the accuracy table closes the demo."""
+    from raypipe.eval.report import answers_table
 
-    print_report(cfg.eval.out_dir, n=1)  # one answer per eval set; all are in predictions/
+    table = answers_table(cfg.eval.out_dir, n=1)
+    if table is not None:
+        console.print(table)
     return {}
 
 
@@ -216,7 +235,6 @@ def stages() -> list[tuple[str, Stage]]:
     from raypipe.augment.pipeline import run_augment
     from raypipe.critic.dataset import run_label
     from raypipe.data.world import run_synth
-    from raypipe.eval.runner import run_eval
     from raypipe.models.build_job import run_build_models
     from raypipe.retrieval.build import run_build_index
     from raypipe.serving.demo import run_serve_demo
@@ -235,8 +253,8 @@ def stages() -> list[tuple[str, Stage]]:
         ("corpus augmentation", run_augment),
         ("augmented examples", _show_augmented),
         ("generator training", _train("generator")),
-        ("evaluation", run_eval),
-        ("eval report", _show_eval),
+        ("evaluation", _evaluate),
+        ("held-out answers", _show_answers),
         ("serving", run_serve_demo),
     ]
 
@@ -258,5 +276,32 @@ def run_demo(cfg: RaypipeConfig) -> dict[str, Any]:
         times[name] = round(time.perf_counter() - start, 1)
     console.rule("[bold]demo: done")
     console.print(stage_table("stage times (s):", {"stages": times}, clip=False))
-    return {"total": f"{time.perf_counter() - total:.1f} s",
-            **({"ray logs": logs} if logs and not cfg.ray.log_to_driver else {})}
+    metrics = json.loads((Path(cfg.eval.out_dir) / "metrics.json").read_text())
+    console.print(closing_block(cfg, metrics, None if cfg.ray.log_to_driver else logs, sys.argv))
+    return {"total": f"{time.perf_counter() - total:.1f} s"}
+
+
+def _same_config(command: str, argv: list[str]) -> str:
+    """`raypipe <command>` with the options the demo was started with (`raypipe demo -c X --set ...`),
+    so that what it names runs on this run's settings."""
+    options = argv[argv.index("demo") + 1:] if "demo" in argv else []
+    return shlex.join(["raypipe", *command.split(), *(o for o in options if o != "--json")])
+
+
+def closing_block(cfg: RaypipeConfig, metrics: dict[str, Any], ray_logs: str | None, argv: list[str]) -> Group:
+    """What the demo ends with: the eval table (the world's sets by name, QA first) and where to go
+    next, each line a command to run or a page of docs/ to read."""
+    from raypipe.eval.report import accuracy_table, crag_table
+
+    steps = Table(title="Next steps", show_header=False, title_justify="left", box=None, padding=(0, 1))
+    steps.add_column("what", style="bold", no_wrap=True)
+    steps.add_column("how", overflow="fold")
+    steps.add_row("results", f"{cfg.eval.out_dir}/ (metrics.json, results.md): docs/evaluation.md")
+    steps.add_row("serve it", f"{_same_config('serve', argv)}: docs/serving.md")
+    steps.add_row("all methods", "raypipe eval -c configs/results_table.yaml: docs/evaluation.md")
+    steps.add_row("on a cluster", "cluster/ray-cluster.yaml + configs/paper_7b.yaml: docs/cluster.md")
+    steps.add_row("all docs", "docs/README.md; every setting: docs/configuration.md")
+    if ray_logs:
+        steps.add_row("Ray logs", ray_logs)
+    crag = crag_table(metrics)
+    return Group(Rule("[bold]demo: results"), accuracy_table(metrics), *([crag] if crag else []), steps)

@@ -8,7 +8,8 @@ jobs put in their stats JSON. A file that cannot be read at all is a `DataError`
 
 Reject reasons (exact strings, used as stats keys): see `REASONS`. Size limits come from the config's
 `limits` section (`LimitsConfig`; its defaults when a caller passes none): a field longer than its
-limit is `too_long`, and the record's detail gives the size. A reject record's `raw` is cut to
+limit is `too_long`, and the record's detail gives the size; so is a JSON line of more than
+`max_line_bytes` (field `line`), found without reading it whole. A reject record's `raw` is cut to
 `RAW_MAX_CHARS` (its full length in `raw_chars`), so one huge row cannot swell the rejects file.
 
 Formats: ``.jsonl`` (one JSON object per line), ``.json`` (JSON lines, or one JSON array of objects
@@ -275,10 +276,34 @@ def list_data_files(path: str | Path) -> list[Path]:
     return files
 
 
-def _jsonl_items(path: Path) -> Iterator[_Item]:
-    """JSON lines, decoded per line from bytes; blank lines are not rows and are skipped."""
+#: bytes read at a time while passing over the rest of a line longer than `limits.max_line_bytes`
+_SKIP_CHUNK_BYTES = 1 << 20
+
+
+def _bounded_lines(fh: IO[bytes], max_bytes: int) -> Iterator[tuple[bytes, int | None]]:
+    """Each line (line break included) as (bytes, None), or, for a line of more than `max_bytes`, as
+    (its first `max_bytes + 1` bytes, its full length): the rest of it is read in chunks of at most
+    `_SKIP_CHUNK_BYTES` and dropped, so no read returns more than the larger of the two."""
+    while line := fh.readline(max_bytes + 1):
+        if len(line) <= max_bytes:
+            yield line, None
+            continue
+        total, tail = len(line), line
+        while not tail.endswith(b"\n") and (tail := fh.readline(_SKIP_CHUNK_BYTES)):
+            total += len(tail)
+        yield line, total
+
+
+def _jsonl_items(path: Path, max_line_bytes: int) -> Iterator[_Item]:
+    """JSON lines, decoded per line from bytes; blank lines are not rows and are skipped. A line over
+    `max_line_bytes` is a `too_long` reject of field `line`, never read whole."""
     with path.open("rb") as fh:
-        for line_no, raw_bytes in enumerate(fh, start=1):
+        for line_no, (raw_bytes, over) in enumerate(_bounded_lines(fh, max_line_bytes), start=1):
+            if over is not None:
+                raw = raw_bytes[:RAW_MAX_CHARS].decode("utf-8", errors="backslashreplace")
+                problem = _Problem("too_long", "line", f"line has {over:,} bytes (limit {max_line_bytes:,})")
+                yield _Item(line_no, raw=raw, problem=problem)
+                continue
             try:
                 text = raw_bytes.decode("utf-8-sig" if line_no == 1 else "utf-8")
             except UnicodeDecodeError as exc:
@@ -329,14 +354,14 @@ def is_json_array(path: Path) -> bool:
     return head.startswith(b"[")
 
 
-def _items(path: Path, kind: str, batch_size: int) -> Iterator[_Item]:
+def _items(path: Path, kind: str, batch_size: int, max_line_bytes: int) -> Iterator[_Item]:
     try:
         if path.suffix == ".parquet":
             yield from _parquet_items(path, kind, batch_size)
         elif path.suffix == ".json" and is_json_array(path):
             yield from _json_array_items(path)
         else:
-            yield from _jsonl_items(path)
+            yield from _jsonl_items(path, max_line_bytes)
     except (OSError, pa.ArrowException) as exc:
         raise DataError(f"cannot read file: {exc}", file=str(path)) from exc
 
@@ -435,7 +460,8 @@ def _iter_file(path: Path, kind: str, batch_size: int, rejects_dir: str | Path |
     extra_fields: set[str] = set()
     pending: tuple[pa.Table, ReadReport] | None = None
     try:
-        for chunk in _chunks(_items(path, kind, batch_size), batch_size):
+        max_line_bytes = (limits or LimitsConfig()).max_line_bytes
+        for chunk in _chunks(_items(path, kind, batch_size, max_line_bytes), batch_size):
             builder = _BatchBuilder(kind, str(path), seen_ids, limits)
             for item in chunk:
                 builder.feed(item)

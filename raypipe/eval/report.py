@@ -1,49 +1,74 @@
 """A finished eval, shown in the terminal: accuracy (FactScore for long-form sets) by set and retrieval
 mode, what CRAG's corrective step did by set (when a CRAG-family method ran), and a few answers with
-the passages they cite (what `make demo` prints after `raypipe eval`)."""
+the passages they cite (what `make demo` prints after `raypipe eval`); the world's eval sets by
+readable names, QA first, in every table that shows them."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
+from rich import box
 from rich.table import Table
 
 #: characters of an answer shown; untrained demo models can ramble for the whole length cap
 ANSWER_CHARS = 160
 
+#: the world's held-out sets (raypipe.settings.paths.HELDOUT_SETS and the long-form split) by file
+#: stem, with the names tables show, in the order they show them: QA first, the set that needs no
+#: retrieval last
+SET_NAMES = {"heldout_qa": "QA", "heldout_fact": "fact verification", "heldout_mc": "multiple choice",
+             "heldout_longform": "biographies", "heldout_noret": "plain instructions"}
+
+
+def set_name(name: str) -> str:
+    """The readable name of an eval set (another set, e.g. a released file, keeps its own)."""
+    return SET_NAMES.get(name, name)
+
+
+def ordered_sets(names: Iterable[str]) -> list[str]:
+    """The world's held-out sets in `SET_NAMES` order, then any others by name."""
+    known = list(SET_NAMES)
+    return sorted(names, key=lambda n: (known.index(n), "") if n in SET_NAMES else (len(known), n))
+
+
+def score_text(summary: dict[str, Any]) -> str:
+    """A set's score in percent: accuracy over its judged items, `FS <score>` for a long-form set
+    (FactScore, no accuracy), "-" for a set with no judged item (creative instructions only)."""
+    if summary.get("accuracy") is None and summary.get("factscore") is not None:
+        return f"FS {100 * summary['factscore']:.1f}"
+    return "-" if summary.get("accuracy") is None else f"{100 * summary['accuracy']:.1f}"
+
 
 def _cell(summary: dict[str, Any]) -> str:
-    """`accuracy (retrieval frequency)`, plus the share of closed-set outputs that named no option
-    when there are any: an accuracy of 0 then means off-format answers, not wrong ones. A set with
-    no judged item (creative instructions only) shows "-" for accuracy; a long-form set (FactScore, no
-    accuracy) shows `FS <score>`."""
-    if summary.get("accuracy") is None and summary.get("factscore") is not None:
-        accuracy = f"FS {100 * summary['factscore']:.1f}"
-    else:
-        accuracy = "-" if summary.get("accuracy") is None else f"{100 * summary['accuracy']:.1f}"
-    cell = f"{accuracy} ({100 * summary['retrieval_frequency']:.0f})"
-    if summary.get("no_option"):
-        cell += f" [{100 * summary['no_option']:.0f}% no option]"
-    return cell
+    return f"{score_text(summary)} ({100 * summary['retrieval_frequency']:.0f})"
 
 
 def accuracy_table(metrics: dict[str, Any]) -> Table:
-    """Rows: eval sets and all sets pooled; columns: accuracy or FactScore (retrieval frequency) per
-    headline variant (Self-RAG's retrieval modes, other methods by name). The pooled row shows
-    accuracy over the judged items, FactScore only when every set is long-form."""
+    """Rows: eval sets (QA first, by their readable names) and all sets pooled; columns: accuracy or
+    FactScore (retrieval frequency) per headline variant (Self-RAG's retrieval modes, other methods
+    by name). The pooled row shows accuracy over the judged items, FactScore only when every set is
+    long-form. Under a row whose closed-set outputs sometimes name no option, a `no option` row gives
+    that share: an accuracy near 0 there means off-format answers, not wrong ones. Sized so that five
+    variants fit an 80-column terminal on one line per row."""
     modes = list(metrics["accuracy"])
-    table = Table(title="Eval: accuracy % or FactScore % (FS, long-form sets) (retrieval frequency %) "
-                        "[closed-set outputs naming no option]")
-    table.add_column("eval set")
+    per_set = metrics["per_set"]
+    table = Table(title="Eval: accuracy % (retrieval %); FS = FactScore %", box=box.SIMPLE_HEAD,
+                  title_justify="left", caption_justify="left", show_edge=False, pad_edge=False,
+                  padding=0,
+                  caption="plain instructions: retrieval % should be low"
+                  if "heldout_noret" in per_set else None)
+    table.add_column("eval set", no_wrap=True)
     for mode in modes:
-        table.add_column(mode, justify="right")
-    rows = [*sorted(metrics["per_set"].items()), ("all", metrics["overall"])]
+        table.add_column(mode, justify="right", min_width=len("100.0 (100)"))
+    rows = [*((set_name(name), per_set[name]) for name in ordered_sets(per_set)), ("all", metrics["overall"])]
     for name, by_variant in rows:
         table.add_row(name, *(_cell(by_variant[m]) for m in modes))
+        if any(by_variant[m].get("no_option") for m in modes):
+            table.add_row("  no option", *(f"{100 * (by_variant[m].get('no_option') or 0):.0f}%" for m in modes),
+                          style="dim")
     return table
 
 
@@ -73,7 +98,8 @@ def crag_table(metrics: dict[str, Any]) -> Table | None:
     table = Table(title="CRAG's corrective step: items per action, web searches, fallbacks")
     for column in ("eval set", "variant", *CRAG_COLUMNS):
         table.add_column(column, justify="left" if column in ("eval set", "variant") else "right")
-    for name, by_variant in [*sorted(metrics["per_set"].items()), ("all", metrics["overall"])]:
+    per_set = metrics["per_set"]
+    for name, by_variant in [*((set_name(n), per_set[n]) for n in ordered_sets(per_set)), ("all", metrics["overall"])]:
         for v in variants:
             counts = by_variant.get(v, {}).get("crag")
             if counts:
@@ -93,22 +119,20 @@ def sample_answers(out_dir: str | Path, variant: str = "adaptive", n: int = 3) -
     return [row for rows in per_set.values() for row in rows]
 
 
-def print_report(out_dir: str | Path, variant: str = "adaptive", n: int = 3, console: Console | None = None) -> None:
-    console = console or Console()
-    metrics = json.loads((Path(out_dir) / "metrics.json").read_text())
-    console.print(accuracy_table(metrics))
-    steps = crag_table(metrics)
-    if steps is not None:
-        console.print(steps)
-    if variant not in metrics["overall"]:
-        return
+def answers_table(out_dir: str | Path, variant: str = "adaptive", n: int = 3) -> Table | None:
+    """The first `n` questions of each eval set (QA first) with `variant`'s answer, the gold answer and
+    the passages cited; None when `variant` was not evaluated."""
+    if not (Path(out_dir) / "predictions" / f"{variant}.jsonl").is_file():
+        return None
     answers = Table(title=f"Held-out questions ({variant} retrieval)", show_lines=True)
     for column in ("question", "answer", "gold", "cites"):
         answers.add_column(column, overflow="fold")
-    for row in sample_answers(out_dir, variant, n):
+    chosen = sample_answers(out_dir, variant, n)
+    order = {name: i for i, name in enumerate(ordered_sets({row["set"] for row in chosen}))}
+    for row in sorted(chosen, key=lambda r: order[r["set"]]):
         answer = row["option"] if row["task"] != "qa" and row["option"] else row["text"][:ANSWER_CHARS]
         cites = ", ".join(f"{c['title']} ({c['passage_id']})" for c in row["citations"]) or "-"
         mark = {True: "[green]✓[/green]", False: "[red]✗[/red]", None: "·"}[row["correct"]]
         question = row["input"] if row["task"] in ("fact", "mc") else " ".join((row["instruction"], row["input"])).strip()
         answers.add_row(question, f"{mark} {answer}", ", ".join(row["golds"]) or "(not judged)", cites)
-    console.print(answers)
+    return answers

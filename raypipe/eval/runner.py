@@ -6,6 +6,8 @@ Outputs in `eval.out_dir`:
   citations, per-segment reflection probabilities and scores, correctness); a `.meta.json` beside it
   holds the fingerprint of generator weights, decoding config, retriever config and eval files, so a
   rerun decodes only variants whose inputs changed;
+- results.md: every method (as configured) on every eval set beside the papers' figures and orderings
+  (raypipe.eval.results_table), from `method_rows` and `run` in metrics.json;
 - metrics.json: `accuracy`, `exact_match`, `retrieval_frequency` and `factscore` keyed by headline
   variant (Self-RAG's never, adaptive, always; other methods by name; pooled over all sets), `per_set`
   and `overall` for every variant (Self-Reasoning's with `trajectory_parse_rate` and `parse_failures`
@@ -25,9 +27,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import shlex
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +45,7 @@ from raypipe.eval.datasets import EvalItem, read_eval_sets
 from raypipe.eval.metrics import judge, summarize
 from raypipe.eval.plots import plot_robustness, plot_threshold_sweep, plot_weight_sweep
 from raypipe.eval.predict import EvalPredictor, SearcherFactory, tools_used
+from raypipe.eval.results_table import results_markdown
 from raypipe.eval.robustness import RemovalPlan, plan_removal, robustness_metrics
 from raypipe.methods import get_method
 from raypipe.methods.base import Variant
@@ -52,6 +58,7 @@ HEADLINE_SWEEPS = ("mode", "method")
 THRESHOLD_PLOT = "threshold_sweep.png"
 WEIGHT_PLOT = "is_sup_weight_sweep.png"
 ROBUSTNESS_PLOT = "robustness.png"
+RESULTS_TABLE = "results.md"
 #: a sentence splitter (FactScore's unit)
 Split = Callable[[str], list[str]]
 
@@ -79,13 +86,27 @@ def _weights(folder: str | Path) -> list[Any] | str:
     return [_stamp(w) for w in weights] or str(folder.resolve())
 
 
+def generator_for(cfg: RaypipeConfig, method: str) -> str:
+    """The generator folder `method`'s `engine` tool loads: its own (`eval.generators`) or `eval.generator`."""
+    return cfg.eval.generators.get(method, cfg.eval.generator)
+
+
+def variants_by_generator(cfg: RaypipeConfig, variants: list[Variant]) -> dict[str, list[Variant]]:
+    """The variants grouped by the generator folder their method loads, in order: one decoding pass
+    each, since an actor holds one generator."""
+    groups: dict[str, list[Variant]] = defaultdict(list)
+    for v in variants:
+        groups[generator_for(cfg, v.method)].append(v)
+    return dict(groups)
+
+
 def _tool_models(cfg: RaypipeConfig, method: str) -> dict[str, Any]:
     """The model folders (and settings) behind the tools `method` may use: retraining any of them
     makes a variant's predictions stale."""
     tools = get_method(method).tool_names
     models: dict[str, Any] = {}
     if "engine" in tools:
-        models["generator"] = _weights(cfg.eval.generator)
+        models["generator"] = _weights(generator_for(cfg, method))
     if "lm" in tools:
         models["lm"] = _weights(cfg.crag.lm)
     if "evaluator" in tools:
@@ -115,35 +136,37 @@ def _fingerprint(cfg: RaypipeConfig, variant: Variant, injected_retriever: bool,
 
 def _predict(cfg: RaypipeConfig, items: list[EvalItem], variants: list[Variant], searcher_factory: SearcherFactory | None,
              removal: dict[str, float]) -> dict[str, list[tuple[EvalItem, dict[str, Any]]]]:
-    """Decode every item under every variant on an actor pool; results in input order per variant."""
+    """Decode every item under every variant on an actor pool, one pass per generator (methods with
+    their own in `eval.generators` get theirs); results in input order per variant."""
     import ray
 
     ensure_ray(cfg.ray)
     gpus = cfg.eval.actor_gpus if ray.cluster_resources().get("GPU", 0) > 0 else 0
     dataset = ray.data.from_items([{"item": item.to_json()} for item in items])
-    predicted = dataset.map_batches(
-        EvalPredictor,
-        fn_constructor_kwargs={
-            "generator": cfg.eval.generator,
-            "engine": cfg.engine,
-            "retrieval": cfg.retrieval,
-            "variants": variants,
-            "searcher_factory": searcher_factory,
-            "crag": cfg.crag,
-            "index": any(item.passages is None for item in items),
-            "removal": {v.name: removal[v.name] for v in variants if v.name in removal},
-            "removal_seed": cfg.eval.robustness.seed,
-            "noise": cfg.eval.retrieval_noise,
-        },
-        compute=ray.data.ActorPoolStrategy(size=cfg.eval.actors),
-        batch_size=cfg.eval.batch_size,
-        num_cpus=cfg.eval.actor_cpus,
-        num_gpus=gpus,
-    )
     order = {(item.set, item.id): i for i, item in enumerate(items)}
     by_variant: dict[str, list[tuple[EvalItem, dict[str, Any]]]] = defaultdict(list)
-    for row in predicted.iter_rows():
-        by_variant[row["variant"]].append((EvalItem.from_json(row["item"]), json.loads(row["result"])))
+    for generator, group in variants_by_generator(cfg, variants).items():
+        predicted = dataset.map_batches(
+            EvalPredictor,
+            fn_constructor_kwargs={
+                "generator": generator,
+                "engine": cfg.engine,
+                "retrieval": cfg.retrieval,
+                "variants": group,
+                "searcher_factory": searcher_factory,
+                "crag": cfg.crag,
+                "index": any(item.passages is None for item in items),
+                "removal": {v.name: removal[v.name] for v in group if v.name in removal},
+                "removal_seed": cfg.eval.robustness.seed,
+                "noise": cfg.eval.retrieval_noise,
+            },
+            compute=ray.data.ActorPoolStrategy(size=cfg.eval.actors),
+            batch_size=cfg.eval.batch_size,
+            num_cpus=cfg.eval.actor_cpus,
+            num_gpus=gpus,
+        )
+        for row in predicted.iter_rows():
+            by_variant[row["variant"]].append((EvalItem.from_json(row["item"]), json.loads(row["result"])))
     for rows in by_variant.values():
         rows.sort(key=lambda pair: order[(pair[0].set, pair[0].id)])
     return by_variant
@@ -206,6 +229,32 @@ def _longform_citations(cfg: RaypipeConfig, predictions_dir: Path, variants: lis
             for name, path in sets.items()}
 
 
+def method_rows(cfg: RaypipeConfig, variants: list[Variant]) -> dict[str, dict[str, Any]]:
+    """Per evaluated method: its own variant (the one decoded with `methods.<name>` as configured),
+    the model folder it answered with, and its `generator` setting (which paper row stands beside it)."""
+    rows = {}
+    for method in cfg.eval.methods:
+        settings = getattr(cfg.methods, method)
+        own = next((v.name for v in variants if v.method == method and v.settings.model_dump() == settings.model_dump()),
+                   None)
+        if own is None:  # a sweep that leaves the configured setting out: no row
+            continue
+        uses = get_method(method).uses(settings)
+        model = generator_for(cfg, method) if "engine" in uses else cfg.crag.lm if "lm" in uses else None
+        rows[method] = {"variant": own, "model": model, "generator": getattr(settings, "generator", None)}
+    return rows
+
+
+def _run_record(cfg: RaypipeConfig) -> dict[str, Any]:
+    """When and how this eval ran, and with which retriever: the header of results.md."""
+    encoder = cfg.retrieval.encoder
+    return {"date": datetime.now(timezone.utc).date().isoformat(),
+            "command": shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+            "retriever": f"{encoder.kind}{' ' + encoder.path if encoder.path else ''} over "
+                         f"{cfg.retrieval.index.out_dir} ({cfg.retrieval.index.factory}), K = {cfg.retrieval.top_k}",
+            "limit": cfg.eval.limit}
+
+
 def _pair(recall: float | None, precision: float | None) -> str:
     return " / ".join("-" if x is None else f"{x:.2f}" for x in (recall, precision))
 
@@ -218,9 +267,11 @@ def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None
     """
     start = time.perf_counter()
     out = Path(cfg.eval.out_dir)
-    uses_generator = any("engine" in get_method(m).tool_names for m in cfg.eval.methods)
-    if uses_generator and not (Path(cfg.eval.generator) / "config.json").is_file():
-        raise ModelError(f"eval.generator: no model folder at {cfg.eval.generator}")
+    for method in cfg.eval.methods:
+        generator = generator_for(cfg, method)
+        if "engine" in get_method(method).tool_names and not (Path(generator) / "config.json").is_file():
+            key = f"eval.generators.{method}" if method in cfg.eval.generators else "eval.generator"
+            raise ModelError(f"{key}: no model folder at {generator}")
     if "evaluator" in tools_used(eval_variants(cfg)):
         from raypipe.methods.crag.retrieval_evaluator import require_evaluator
 
@@ -289,6 +340,8 @@ def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None
     metrics = {
         "generator": cfg.eval.generator,
         "methods": cfg.eval.methods,
+        "method_rows": method_rows(cfg, variants),
+        "run": _run_record(cfg),
         **({"retrieval_noise": cfg.eval.retrieval_noise.model_dump(mode="json")}
            if cfg.eval.retrieval_noise.perturbs else {}),
         **{key: {h: overall[h][key] for h in headline}
@@ -303,6 +356,7 @@ def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None
         "plots": plots,
     }
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    (out / RESULTS_TABLE).write_text(results_markdown(metrics), encoding="utf-8")
     (out / "_SUCCESS").touch()
     quirks = {name: r.passages for name, r in reports.items() if r.passages}
     return {

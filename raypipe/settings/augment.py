@@ -14,8 +14,11 @@ from raypipe.settings.paths import default_path
 class SamplingConfig(Section):
     """Self-RAG App. A.3: drop part of the no-retrieval instances, up-sample [Irrelevant] for QA."""
 
+    #: share of the rows without retrieval left out of D_gen
     drop_no_retrieval: float = Field(0.5, ge=0.0, le=1.0)
+    #: extra copies of a QA row holding [Irrelevant] (1.5 = one more, and a second for half of them)
     upsample_irrelevant_qa: float = Field(0.0, ge=0.0)
+    #: datasets whose rows count as QA for the up-sampling
     qa_datasets: list[str] = ["nq", "factual_qa"]
     #: ours, not App. A.3: the share of kept QA rows that are also written once more with a passage the
     #: critic judged [Irrelevant] in place of the chosen one (`augment.stages.render_contrast`). Where
@@ -23,6 +26,7 @@ class SamplingConfig(Section):
     #: [Relevant] and up-sampling [Irrelevant] rows finds none (the demo of 2026-11-27: 42 of 2,350),
     #: so the generator never sees a namesake's passage rejected. 0 = off (the paper's policy)
     contrast_irrelevant_qa: float = Field(0.0, ge=0.0, le=1.0)
+    #: seeds the draws (keyed by row id, so a rerun draws the same)
     seed: int = 0
 
 
@@ -41,12 +45,16 @@ class CollapseCheckConfig(Section):
     #: a collapsed aspect fails the job (after stats.json is written, before _SUCCESS) instead of
     #: warning; off by default so a first run still shows how far it got
     fail: bool = False
+    #: seeds the rows the teacher relabels
     seed: int = 0
 
 
 class AugmentConfig(Section):
+    #: the instance shards (a parquet file or a folder of them)
     instances: str = default_path("augment.instances")
+    #: the critic model folder
     critic: str = default_path("augment.critic")
+    #: D_gen: data/ (parquet shards), jsonl/, rejects/, stats.json
     out_dir: str = default_path("augment.out_dir")
     sampling: SamplingConfig = SamplingConfig()
     collapse_check: CollapseCheckConfig = CollapseCheckConfig()
@@ -56,20 +64,26 @@ class AugmentConfig(Section):
     #: two retrieval pools of `retriever_actors`), so each model gets its own resources, e.g. the
     #: critic on GPUs and retrieval on CPUs.
     layout: Literal["fused", "staged"] = "fused"
+    #: `fused`: actors, each running all of Algorithm 3
     workers: int = Field(2, ge=1)
+    #: `fused`: CPU share of one actor
     worker_cpus: float = Field(0.4, gt=0)
-    #: actors per critic stage (three critic stages) and per retrieval stage (two), `staged` layout
+    #: `staged`: actors per critic stage (three critic stages)
     critic_actors: int = Field(1, ge=1)
+    #: `staged`: actors per retrieval stage (two)
     retriever_actors: int = Field(1, ge=1)
     #: CPU share of one `staged` actor, and of one stateless task (read, validate, render; in the
     #: `staged` layout also the splitter's actor): fractional so that the stage pools plus the tasks
     #: fit on a 2-core laptop. Ray Data 2.60's
     #: parquet file listing always asks for a whole CPU, so the actors must leave one free.
     critic_cpus: float = Field(0.15, gt=0)
+    #: CPU share of one `staged` retrieval actor
     retriever_cpus: float = Field(0.15, gt=0)
+    #: CPU share of one stateless task (read, validate, render; `staged`: also the splitter's actor)
     task_cpus: float = Field(0.25, gt=0)
     #: GPU share of one critic actor when CUDA is present
     critic_gpus: float = Field(0.25, gt=0)
-    #: rows per Ray Data batch, and prompts per critic forward pass
+    #: rows per Ray Data batch
     batch_size: int = Field(256, ge=1)
+    #: prompts per critic forward pass
     critic_batch_size: int = Field(64, ge=1)

@@ -16,9 +16,11 @@ class EvaluatorConfig(Section):
     """CRAG's retrieval evaluator at inference (CRAG §4.2): a cross-encoder folder written by
     `raypipe crag train-evaluator` that scores (question, document) in [-1, 1]."""
 
+    #: the evaluator folder `raypipe crag train-evaluator` writes
     path: str = default_path("crag.evaluator.path")
     #: (question, document) pairs per forward pass
     batch_size: int = Field(64, ge=1)
+    #: tokens of a (question, document) pair; longer pairs are cut
     max_length: int = Field(256, ge=16)
     #: `auto` = cuda when visible, else cpu
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -34,29 +36,46 @@ class EvaluatorTrainConfig(Section):
     base_model: str | None = None
     #: pairs written here (train.parquet, heldout.parquet, stats.json)
     data_dir: str = default_path("crag.train.data_dir")
+    #: the evaluator folder written (with report.json)
     out_dir: str = default_path("crag.train.out_dir")
     #: training-side questions drawn (each gives its positives and up to `negatives` negatives)
     questions: int = Field(3000, ge=1)
     #: retrieved passages per question the negatives are sampled from (the paper: 10 per question)
     retrieve_k: int = Field(10, ge=1)
+    #: negatives per question, drawn from its retrieved passages that are not its positives
     negatives: int = Field(3, ge=0)
     #: share of the questions that are claims (true or false statements of a fact) rather than
     #: questions, so the evaluator transfers to fact verification as the paper's did to PubHealth
     claim_fraction: float = Field(0.25, ge=0.0, le=1.0)
     #: share of the subject entities whose pairs form the held-out split (no entity is in both)
     heldout_fraction: float = Field(0.1, gt=0.0, lt=1.0)
+    #: may be fractional: training stops after that share of the last epoch
     epochs: float = Field(2.0, gt=0)
+    #: peak learning rate
     lr: float = Field(5e-5, gt=0)
+    #: pairs per batch on each worker
     batch_size: int = Field(32, ge=1)
+    #: tokens of a (question, document) pair at most
     max_length: int = Field(192, ge=16)
+    #: share of the steps over which the learning rate warms up
     warmup_ratio: float = Field(0.06, ge=0.0, le=1.0)
+    #: AdamW's weight decay
     weight_decay: float = Field(0.01, ge=0.0)
+    #: Ray Train workers
     num_workers: int = Field(1, ge=1)
+    #: CPUs reserved per worker
     cpus_per_worker: float = Field(1.0, gt=0)
+    #: `auto` = GPUs when the cluster has one per worker, else CPUs
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    #: the GPU type the workers must land on (as `training.*.accelerator_type`); None = any GPU
+    accelerator_type: str | None = None
+    #: optimizer steps between checkpoints
     checkpoint_every: int = Field(200, ge=1)
+    #: checkpoints the run keeps on disk, the latest ones (Ray Train's `CheckpointConfig.num_to_keep`)
     keep_checkpoints: int = Field(2, ge=1)
+    #: worker-group restarts from the latest checkpoint before the run fails (-1: unlimited)
     max_failures: int = Field(0, ge=-1)
+    #: seeds the pairs drawn and the initialisation
     seed: int = 0
 
 

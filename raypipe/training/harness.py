@@ -33,6 +33,8 @@ class WorkerSettings(Protocol):
     cpus_per_worker: float
     #: `auto` = GPUs when the cluster has one per worker, else CPUs
     device: Literal["auto", "cpu", "cuda"]
+    #: the GPU type GPU workers must land on (Ray's accelerator type); None = any
+    accelerator_type: str | None
     max_failures: int
     keep_checkpoints: int
 
@@ -61,7 +63,8 @@ def fit_and_export(loop: Callable[[dict[str, Any]], None], loop_config: dict[str
         train_loop_config=loop_config,
         torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
         scaling_config=ScalingConfig(num_workers=settings.num_workers, use_gpu=use_gpu,
-                                     resources_per_worker={"CPU": settings.cpus_per_worker}),
+                                     resources_per_worker={"CPU": settings.cpus_per_worker},
+                                     accelerator_type=settings.accelerator_type if use_gpu else None),
         run_config=RunConfig(
             name=run_name, storage_path=str(storage),
             failure_config=FailureConfig(max_failures=settings.max_failures),

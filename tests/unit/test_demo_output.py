@@ -62,3 +62,52 @@ def test_long_values_are_cut_to_two_terminal_lines_unless_asked_not_to():
             assert len(clipped[key]) <= MAX_VALUE_CHARS and clipped[key].endswith("…")
             assert value.startswith(clipped[key][:-1])
     assert any(len(v) > MAX_VALUE_CHARS for v in full.values())  # the label stats do have long rows
+
+
+def _set_summary(accuracy: float, retrieval: float) -> dict:
+    return {"n": 50, "judged": 50, "accuracy": accuracy, "retrieval_frequency": retrieval, "no_option": None}
+
+
+#: an eval's metrics.json as the runner writes it, its sets in file-name order (QA last)
+EVAL_METRICS = {
+    "accuracy": {"never": 0.1, "adaptive": 0.34, "rag": 0.35},
+    "per_set": {name: {"never": _set_summary(0.0, 0.0), "adaptive": _set_summary(acc, 1.0), "rag": _set_summary(acc, 1.0)}
+                for name, acc in (("heldout_fact", 0.76), ("heldout_mc", 0.22), ("heldout_noret", 0.03),
+                                  ("heldout_qa", 0.26))},
+    "overall": {"never": _set_summary(0.06, 0.0), "adaptive": _set_summary(0.34, 0.92), "rag": _set_summary(0.35, 1.0)},
+}
+
+
+def _closing(argv: list[str], logs: str | None) -> list[str]:
+    from raypipe.config import load_config
+    from raypipe.demo import closing_block
+
+    console = Console(width=80, record=True)
+    console.print(closing_block(load_config(None, ["eval.out_dir=runs/x/eval"]), EVAL_METRICS, logs, argv))
+    return console.export_text().splitlines()
+
+
+def test_the_demo_closes_with_the_eval_table_qa_first_by_readable_names_then_next_steps():
+    lines = _closing(["/venv/bin/raypipe", "demo", "--config", "configs/demo.yaml", "--set", "eval.limit=5"],
+                     "/tmp/ray/session_x/logs")
+    text = "\n".join(lines)
+    assert "heldout_" not in text
+    header = next(i for i, line in enumerate(lines) if line.strip() and not line.strip("─"))
+    caption = next(i for i, line in enumerate(lines) if line.startswith("plain instructions: retrieval"))
+    rows = [line.split("  ")[0] for line in lines[header + 1:caption]]
+    assert rows == ["QA", "fact verification", "multiple choice", "plain instructions", "all"]
+    qa = next(line for line in lines if line.startswith("QA "))
+    assert qa.split() == ["QA", "0.0", "(0)", "26.0", "(100)", "26.0", "(100)"]
+    steps = {line.split()[0]: line for line in lines[lines.index(next(x for x in lines if x.startswith("Next steps"))):]}
+    assert "runs/x/eval/" in steps["results"]
+    # serving is offered on the settings the demo ran with
+    assert "raypipe serve --config configs/demo.yaml --set eval.limit=5" in steps["serve"]
+    assert "configs/results_table.yaml" in text and "docs/cluster.md" in text and "docs/configuration.md" in text
+    assert "/tmp/ray/session_x/logs" in steps["Ray"]
+    assert len(lines) <= 25
+
+
+def test_the_closing_block_leaves_out_ray_logs_shown_on_the_terminal():
+    lines = _closing(["raypipe", "demo"], None)
+    assert not any(line.lstrip().startswith("Ray logs") for line in lines)
+    assert any(line.split()[:3] == ["serve", "it", "raypipe"] and "raypipe serve:" in line for line in lines)

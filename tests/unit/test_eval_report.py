@@ -1,14 +1,23 @@
-"""The eval table shows accuracy, retrieval frequency and, for closed-set sets, off-format answers."""
+"""The eval table shows accuracy, retrieval frequency and, for closed-set sets, off-format answers; the
+world's held-out sets by readable names, QA first."""
 
 from __future__ import annotations
 
 from rich.console import Console
 
-from raypipe.eval.report import accuracy_table
+from raypipe.eval.report import accuracy_table, ordered_sets, set_name
 
 
 def _summary(accuracy: float, retrieval: float, no_option: float | None) -> dict:
     return {"n": 10, "accuracy": accuracy, "retrieval_frequency": retrieval, "no_option": no_option}
+
+
+def _lines(metrics: dict) -> list[str]:
+    """The table's lines on an 80-column terminal, from its header rule on."""
+    console = Console(width=80, record=True)
+    console.print(accuracy_table(metrics))
+    lines = console.export_text().splitlines()
+    return lines[next(i for i, line in enumerate(lines) if line.startswith("─")):]
 
 
 def test_table_flags_closed_set_outputs_that_name_no_option():
@@ -18,12 +27,13 @@ def test_table_flags_closed_set_outputs_that_name_no_option():
                     "qa": {"never": _summary(0.0, 0.0, None), "always": _summary(0.4, 1.0, None)}},
         "overall": {"never": _summary(0.0, 0.0, 0.9), "always": _summary(0.45, 1.0, 0.0)},
     }
-    console = Console(width=200, record=True)
-    console.print(accuracy_table(metrics))
-    lines = {line.split("│")[1].strip(): line for line in console.export_text().splitlines() if line.count("│") > 2}
-    assert "0.0 (0) [90% no option]" in lines["fact"] and "50.0 (100)" in lines["fact"]
-    assert "no option]" not in lines["qa"]
-    assert lines["fact"].count("no option") == 1  # 0% is not flagged
+    lines = [line.split() for line in _lines(metrics)]
+    rows = [cells[0] if cells[0] != "no" else "no option" for cells in lines[1:] if cells]
+    # the no-option share sits under the set it belongs to, and only there
+    assert rows == ["fact", "no option", "qa", "all", "no option"]
+    fact = lines[1 + rows.index("fact")]
+    assert fact == ["fact", "0.0", "(0)", "50.0", "(100)"]
+    assert lines[1 + rows.index("no option")] == ["no", "option", "90%", "0%"]
 
 
 def test_a_set_with_no_judged_item_shows_its_retrieval_frequency_only():
@@ -31,8 +41,25 @@ def test_a_set_with_no_judged_item_shows_its_retrieval_frequency_only():
     metrics = {"accuracy": {"adaptive": 0.4},
                "per_set": {"noret": {"adaptive": creative}, "qa": {"adaptive": _summary(0.4, 1.0, None)}},
                "overall": {"adaptive": _summary(0.4, 0.6, None)}}
-    console = Console(width=200, record=True)
-    console.print(accuracy_table(metrics))
-    lines = {line.split("│")[1].strip(): line for line in console.export_text().splitlines() if line.count("│") > 2}
-    assert lines["noret"].split("│")[2].strip() == "- (20)"
-    assert "40.0 (100)" in lines["qa"]
+    rows = {line.split()[0]: line.split()[1:] for line in _lines(metrics)[1:] if line.strip()}
+    assert rows["noret"] == ["-", "(20)"] and rows["qa"] == ["40.0", "(100)"]
+
+
+def test_the_worlds_sets_show_by_name_qa_first_and_five_variants_fit_80_columns():
+    sets = ["heldout_noret", "heldout_mc", "popqa", "heldout_fact", "heldout_qa", "arc", "heldout_longform"]
+    assert ordered_sets(sets) == ["heldout_qa", "heldout_fact", "heldout_mc", "heldout_longform", "heldout_noret",
+                                  "arc", "popqa"]
+    assert [set_name(s) for s in ordered_sets(sets)] == ["QA", "fact verification", "multiple choice",
+                                                         "biographies", "plain instructions", "arc", "popqa"]
+    variants = ["never", "adaptive", "always", "rag", "crag"]
+    cell = {v: _summary(1.0, 1.0, None) for v in variants}  # the widest cell: 100.0 (100)
+    metrics = {"accuracy": dict.fromkeys(variants, 1.0),
+               "per_set": {s: cell for s in ("heldout_noret", "heldout_mc", "heldout_fact", "heldout_qa")},
+               "overall": cell}
+    lines = _lines(metrics)
+    body = [line for line in lines[1:] if line.strip()]
+    assert [line[:18].strip() for line in body[:5]] == ["QA", "fact verification", "multiple choice",
+                                                         "plain instructions", "all"]
+    assert all(line.count("100.0 (100)") == 5 for line in body[:5])  # one line per row: nothing wrapped
+    assert "heldout" not in "\n".join(lines)
+    assert "plain instructions: retrieval % should be low" in "\n".join(lines)

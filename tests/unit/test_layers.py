@@ -19,8 +19,8 @@ LAYERS: dict[str, int] = {
     **dict.fromkeys(["errors", "tokens", "prompts", "trajectory_format", "settings", "logs", "http_retry"], 0),
     **dict.fromkeys(["data", "models", "inference", "retrieval", "clients", "runtime", "reaper"], 1),
     "methods": 2,
-    **dict.fromkeys(["config", "critic", "augment", "training", "evaluator_training", "trajectories", "eval",
-                     "serving", "cli", "demo"], 3),
+    **dict.fromkeys(["config", "config_docs", "critic", "augment", "training", "evaluator_training", "trajectories",
+                     "eval", "serving", "cli", "demo"], 3),
 }
 
 

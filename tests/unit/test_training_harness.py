@@ -74,6 +74,7 @@ def test_a_run_is_built_from_the_settings_and_its_export_copied_out(trainer, tmp
     assert built["torch_config"].backend == "gloo"
     assert (built["scaling_config"].num_workers, built["scaling_config"].use_gpu) == (3, False)
     assert built["scaling_config"].resources_per_worker == {"CPU": 2.0}
+    assert built["scaling_config"].accelerator_type is None
     run = built["run_config"]
     assert (run.name, run.storage_path) == ("evaluator", str(tmp_path / "runs"))
     assert run.failure_config.max_failures == 4 and run.checkpoint_config.num_to_keep == 5
@@ -90,3 +91,16 @@ def test_a_failed_run_and_a_run_without_a_checkpoint_are_our_errors_naming_the_r
     trainer.outcome = Result(None, ValueError("no report"))
     with pytest.raises(RaypipeError, match=r"^training stage 'sft' ended without a checkpoint: no report$"):
         fit_and_export(*args, **where)
+
+
+def test_gpu_workers_ask_for_the_configured_gpu_type_and_cpu_workers_ignore_it(trainer, tmp_path):
+    tc = TrainConfig(accelerator_type="A100-80G", num_workers=4)
+    trainer.outcome = Result(_checkpoint(tmp_path / "ckpt"))
+    where = {"run_name": "sft", "storage": tmp_path / "runs", "export_dir": tmp_path / "out", "what": "sft"}
+    fit_and_export(_loop, {}, tc, use_gpu=True, **where)
+    scaling = trainer.built["scaling_config"]
+    assert scaling.accelerator_type == "A100-80G"
+    # Ray places each worker on a node whose resources name that type
+    assert scaling._resources_per_worker_not_none["accelerator_type:A100-80G"] > 0
+    fit_and_export(_loop, {}, tc, use_gpu=False, **where)
+    assert trainer.built["scaling_config"].accelerator_type is None

@@ -41,7 +41,7 @@ class CorrectiveSettings(MethodSettings):
     web: bool = Field(True, description="web search for Incorrect and Ambiguous (CRAG §4.5)")
     #: web results fetched per query, before preferring authoritative sources and keeping web_top_k
     web_fetch_k: ServerOnly[int] = Field(10, ge=1)
-    #: App. B.3: 5
+    #: web results kept per query (App. B.3: 5)
     web_top_k: int = Field(5, ge=1, description="web results kept per query")
     #: results whose id (a URL for an HTTP backend) or title contains one of these are moved first
     #: (App. B.3: "pages from Wikipedia will be added preferentially")
@@ -52,9 +52,13 @@ class CorrectiveSettings(MethodSettings):
     #: the query rewriter (§4.5, App. A Table 7): `lm` = the local instruct LM, `openai` = an
     #: OpenAI-compatible chat endpoint, `none` = the raw question (Table 3 "w/o rewriting")
     rewriter: Literal["lm", "openai", "none"] = Field("lm", description="the web query rewriter")
+    #: `openai` rewriter: the server root (.../v1)
     rewriter_url: ServerOnly[str | None] = None
+    #: `openai` rewriter: the model each request names (the paper's ChatGPT)
     rewriter_model: ServerOnly[str] = "gpt-3.5-turbo"
+    #: `openai` rewriter: environment variable holding the API key
     rewriter_api_key_env: ServerOnly[str] = "OPENAI_API_KEY"
+    #: `openai` rewriter: seconds one request may take
     rewriter_timeout_s: ServerOnly[float] = Field(30.0, gt=0)
 
     @model_validator(mode="after")
@@ -84,4 +88,5 @@ class CRAGSweeps(Section):
     and 11 (each a variant `<method>_<ablation>`). The robustness curve of §5.6 (Fig. 3) is
     `eval.robustness`, for every method."""
 
+    #: the ablations evaluated beside the method
     ablations: list[CRAGAblation] = []

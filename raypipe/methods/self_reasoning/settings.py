@@ -55,4 +55,5 @@ class SelfReasoningSweeps(Section):
     its Figure 3 (`shuffled`: the top-K in random order; `noise50`: half of them replaced by another
     question's)."""
 
+    #: Figure 3's settings evaluated beside the method
     robustness: list[Literal["shuffled", "noise50"]] = ["shuffled", "noise50"]

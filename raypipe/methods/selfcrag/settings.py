@@ -37,4 +37,5 @@ class SelfCRAGSweeps(CRAGSweeps):
     """Self-CRAG's eval variants beside the method itself: CRAG's ablations (each `selfcrag_<ablation>`)
     and each listed way of handing the knowledge to the beam (`selfcrag_<knowledge_passages>`)."""
 
+    #: the ways of handing the knowledge to the beam evaluated beside the method's own
     knowledge_passages: list[KnowledgePassages] = []

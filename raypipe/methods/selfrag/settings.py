@@ -41,8 +41,11 @@ class SelfRAGSettings(MethodSettings):
     max_depth: int = Field(3, ge=1, description="segments per answer at most (T)")
     #: the segment's length cap
     max_new_tokens: int = Field(100, ge=1, description="tokens per segment at most")
+    #: weight of the IsRel score in a segment's critique score (Eq. 4)
     w_is_rel: float = Field(1.0, allow_inf_nan=False)
+    #: weight of the IsSup score (Eq. 4)
     w_is_sup: float = Field(1.0, allow_inf_nan=False)
+    #: weight of the IsUse score (Eq. 4)
     w_is_use: float = Field(0.5, allow_inf_nan=False)
     #: the p(y_t | x, d, y<t) term of Eq. 3: `mean` = exp(mean token log-prob) (length-normalized),
     #: `sum` = exp(sum) (the raw segment probability), `none` = critique scores only (the released
@@ -61,6 +64,7 @@ class SelfRAGSweeps(Section):
     """The Self-RAG variants eval runs beside `methods.selfrag`: retrieval modes, the threshold sweep
     of the paper's Fig. 3c and the IsSup-weight sweep of its Fig. 3b."""
 
+    #: the retrieval modes evaluated (headline variants)
     modes: list[RetrievalMode] = ["never", "adaptive", "always"]
     #: adaptive-retrieval thresholds swept for the retrieval-frequency vs accuracy plot (Fig. 3c)
     threshold: list[float] = [0.0, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0]
