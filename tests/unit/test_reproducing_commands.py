@@ -17,8 +17,8 @@ PAGE = ROOT / "docs" / "reproducing.md"
 _FENCE = re.compile(r"^```(\w*)\s*$")
 
 
-def page_commands(text: str) -> list[tuple[str, str]]:
-    """(section heading, command) of every line of a fenced block that starts with `raypipe `, its
+def page_commands(text: str, starts: tuple[str, ...] = ("raypipe ",)) -> list[tuple[str, str]]:
+    """(section heading, command) of every line of a fenced block that starts with one of `starts`, its
     backslash continuations joined."""
     commands: list[tuple[str, str]] = []
     section, fenced, pending = "", False, ""
@@ -34,7 +34,7 @@ def page_commands(text: str) -> list[tuple[str, str]]:
         if pending.endswith("\\"):
             pending = pending[:-1].rstrip() + " "
             continue
-        if pending.lstrip().startswith("raypipe "):
+        if pending.lstrip().startswith(starts):
             commands.append((section, pending.strip()))
         pending = ""
     return commands
@@ -55,10 +55,10 @@ def test_joining_continuations_and_skipping_prose():
     assert page_commands(text) == [("4. A", "raypipe eval -c x.yaml --set a=1")]
 
 
-@pytest.mark.parametrize("command", [cmd for _, cmd in COMMANDS_ON_PAGE], ids=lambda c: c[:60])
-def test_every_command_parses_and_its_configuration_validates(command, monkeypatch):
-    monkeypatch.chdir(ROOT)  # the page's config paths are relative to the repository
-    args = _build_parser().parse_args(shlex.split(command)[1:])
+def check_command(command: str) -> None:
+    """`command` (`raypipe ...`, run from the repository root) parses, and the configuration it names
+    (file, shortcuts, every `--set`) loads and validates, each `--set` landing on an existing key."""
+    args = _build_parser().parse_args(shlex.split(command, comments=True)[1:])
     assert args._command in COMMANDS
     cfg = config_from_args(args)
     for override in args.overrides:  # each --set landed where it says (none silently ignored)
@@ -66,3 +66,9 @@ def test_every_command_parses_and_its_configuration_validates(command, monkeypat
         node = cfg
         for part in key.split("."):
             node = node[part] if isinstance(node, dict) else getattr(node, part)
+
+
+@pytest.mark.parametrize("command", [cmd for _, cmd in COMMANDS_ON_PAGE], ids=lambda c: c[:60])
+def test_every_command_parses_and_its_configuration_validates(command, monkeypatch):
+    monkeypatch.chdir(ROOT)  # the page's config paths are relative to the repository
+    check_command(command)
