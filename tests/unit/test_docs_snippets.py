@@ -1,6 +1,6 @@
 """The API examples a new user copies, run as written against the app `raypipe serve -c
-configs/demo.yaml` builds: every python block of README.md and docs/serving.md that makes an openai
-client, and every curl line there, goes to `build_api` over the demo's config with an in-process
+configs/demo.yaml` builds: every python block of README.md, docs/serving.md and docs/cluster.md that
+makes an openai client, and every curl line there, goes to `build_api` over the demo's config with an in-process
 backend (no Ray, no model). So a renamed route, model id, method or control, or a reply field the
 snippet reads and the server no longer sends, fails here instead of in a newcomer's terminal."""
 
@@ -21,7 +21,7 @@ from raypipe.serving.api import build_api
 from tests.unit.test_serving_api import EchoBackend
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = (ROOT / "README.md", ROOT / "docs" / "serving.md")
+PAGES = (ROOT / "README.md", ROOT / "docs" / "serving.md", ROOT / "docs" / "cluster.md")
 _BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 QUESTION = {"id": "heldout_qa-00000", "question": "What kind of work is The Iron Kite in Blue?", "answers": ["opera"]}
 
@@ -60,7 +60,7 @@ def demo_app(backend, monkeypatch, tmp_path) -> TestClient:
 
 def test_the_pages_have_the_examples_checked_here():
     assert {page for page, _ in OPENAI_SNIPPETS} == {"README.md", "docs/serving.md"}
-    assert any(page == "docs/serving.md" for page, _ in CURL_LINES)
+    assert {page for page, _ in CURL_LINES} == {"docs/serving.md", "docs/cluster.md"}
 
 
 @pytest.mark.parametrize(("page", "code"), OPENAI_SNIPPETS, ids=[page for page, _ in OPENAI_SNIPPETS])
@@ -81,4 +81,6 @@ def test_the_curl_example_is_a_valid_request(page, line, demo_app, backend):
     body = json.loads(argv[argv.index("-d") + 1])
     reply = demo_app.post(urlsplit(url if "//" in url else f"http://{url}").path, json=body)
     assert reply.status_code == 200, reply.text
-    assert backend.seen[-1][0] == body.get("method", "selfrag") and reply.json()["citations"]
+    method, request, _, _ = backend.seen[-1]
+    assert (method, request.instruction) == (body.get("method", "selfrag"), body["instruction"])
+    assert reply.json()["text"] == body["instruction"][::-1]
