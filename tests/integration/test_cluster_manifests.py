@@ -132,7 +132,11 @@ def test_dockerfile_parses_and_its_cpu_build_installs_what_the_makefile_installs
 
     # the GPU build installs the extra and leaves the CPU torch pin and its constraints out
     image_gpu = _pip_installs(_render_runs(commands, {**args, "RAYPIPE_EXTRA": "gpu"}, tmp_path / "gpu"))
-    assert ("pip", "install", "-e", ".[gpu]") in image_gpu
+    import ray
+
+    assert ("pip", "install", "-e", ".[gpu]", f"ray=={ray.__version__}") in image_gpu
+    assert args["RAY_VERSION"] == ray.__version__
+    assert f"ray=={ray.__version__}" in (ROOT / "constraints.txt").read_text().split()
     pinned = [c for c in make if any(a.startswith("torch==") for a in c)]
     assert pinned and not any(c in image_gpu for c in pinned)
     assert not any(".[gpu]" in c and "constraints.txt" in c for c in image_gpu)
