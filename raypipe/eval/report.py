@@ -73,17 +73,23 @@ def accuracy_table(metrics: dict[str, Any]) -> Table:
 
 
 #: the columns of the CRAG table: header -> the count in a `crag_steps.count_steps` summary
+#: the columns of the CRAG table: header -> the count in a `crag_steps.count_steps` summary; the
+#: headers are short so that the table fits an 80-column terminal, and its caption spells them out
 CRAG_COLUMNS: dict[str, Callable[[dict[str, Any]], int]] = {
-    "Correct": lambda c: c["actions"]["correct"],
-    "Incorrect": lambda c: c["actions"]["incorrect"],
-    "Ambiguous": lambda c: c["actions"]["ambiguous"],
-    "web searches": lambda c: c["web_searches"],
-    "failed": lambda c: c["web_failures"],
+    "Cor": lambda c: c["actions"]["correct"],
+    "Inc": lambda c: c["actions"]["incorrect"],
+    "Amb": lambda c: c["actions"]["ambiguous"],
+    "web": lambda c: c["web_searches"],
+    "fail": lambda c: c["web_failures"],
     "empty": lambda c: c["web_empty"],
-    "rewriter fell back": lambda c: c["rewriter_fallbacks"],
-    "Correct kept best doc": lambda c: c["fallbacks"]["passing_document"],
-    "read nothing": lambda c: c["fallbacks"]["no_knowledge"],
+    "raw q": lambda c: c["rewriter_fallbacks"],
+    "kept": lambda c: c["fallbacks"]["passing_document"],
+    "none": lambda c: c["fallbacks"]["no_knowledge"],
 }
+
+CRAG_CAPTION = ("Cor/Inc/Amb: items per action. web: web searches, of them fail(ed) and empty.\n"
+                "raw q: the rewriter fell back to the question. kept: a Correct item kept its\n"
+                "best document. none: nothing to read after a failed web search.")
 
 
 def crag_table(metrics: dict[str, Any]) -> Table | None:
@@ -95,9 +101,12 @@ def crag_table(metrics: dict[str, Any]) -> Table | None:
     variants = [v for v in metrics["accuracy"] if metrics["overall"][v].get("crag")]
     if not variants:
         return None
-    table = Table(title="CRAG's corrective step: items per action, web searches, fallbacks")
+    table = Table(title="CRAG's corrective step", caption=CRAG_CAPTION, title_justify="left",
+                  caption_justify="left", box=box.MINIMAL, padding=(0, 1), show_edge=False,
+                  collapse_padding=True)
     for column in ("eval set", "variant", *CRAG_COLUMNS):
-        table.add_column(column, justify="left" if column in ("eval set", "variant") else "right")
+        left = column in ("eval set", "variant")
+        table.add_column(column, justify="left" if left else "right", no_wrap=True, min_width=len(column))
     per_set = metrics["per_set"]
     for name, by_variant in [*((set_name(n), per_set[n]) for n in ordered_sets(per_set)), ("all", metrics["overall"])]:
         for v in variants:

@@ -111,7 +111,7 @@ def test_the_report_table_shows_each_sets_counts_for_crag_family_variants_only()
                "overall": {"rag": plain, "crag": summaries(QA + FACT)}}
     console = Console(width=220, record=True)
     console.print(crag_table(metrics))
-    rows = {tuple(cell.strip() for cell in line.split("│")[1:3]): [c.strip() for c in line.split("│")[3:-1]]
+    rows = {tuple(cell.strip() for cell in line.split("│")[:2]): [c.strip() for c in line.split("│")[2:]]
             for line in console.export_text().splitlines() if line.count("│") > 3}
     assert set(rows) - {("eval set", "variant")} == {("fact", "crag"), ("qa", "crag"), ("all", "crag")}
     # Correct, Incorrect, Ambiguous, searches, failed, empty, rewriter fell back, kept best doc, read nothing
