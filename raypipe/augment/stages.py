@@ -159,8 +159,8 @@ def decide_segments(batch: Batch, critic: Critic) -> Batch:
 
 def rendered_decisions(decisions: Sequence[str | None], has_first_evidence: bool) -> list[str | None]:
     """An output's per-segment Retrieve labels as D_gen holds them: a segment judged [Continue to Use
-    Evidence] before any passage has been inserted continues the *first* evidence, so that passage is
-    inserted there (as a retrieval) rather than referring to nothing."""
+    Evidence] before any passage has been inserted becomes a retrieval there (of the initial top-K,
+    `retrieve_segments`) rather than continuing evidence that was never inserted."""
     out: list[str | None] = []
     inserted = False
     for decision in decisions:
