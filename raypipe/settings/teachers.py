@@ -129,6 +129,12 @@ class TrajectoryConfig(Section):
     negative_fraction: float = Field(0.2, ge=0.0, le=1.0)
     #: trajectories kept after quality control at most (the paper: 2,000)
     max_kept: int = Field(2000, ge=1)
+    #: at most this many kept trajectories of a task (`qa`, `fact`, `longform`); the rest of that task's
+    #: passing trajectories are counted (`over_task_cap`), not kept. Ours, the paper does not give its
+    #: mix: a biography's short `Final Answer` (birth year, city) taught to a world whose kept rows are
+    #: 39% biographies became every question's answer (docs/results/self-reasoning.md)
+    max_kept_per_task: dict[Literal["qa", "fact", "longform"], int] = Field(
+        default_factory=dict, description="kept trajectories per task at most, e.g. {longform: 120}")
     #: show the top-K in a seeded random order ("to avoid order bias", §"Data Generation")
     shuffle: bool = True
     #: biography questions about held-out people written to `<out_dir>/eval/heldout_longform.jsonl`, the

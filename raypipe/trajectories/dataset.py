@@ -10,7 +10,8 @@ quality control (Self-Reasoning §"Data Generation and Quality Control", Algorit
    reply is parsed strictly (an unparseable reply is discarded and counted by reason), then judged
    by Algorithm 1.
 5. The funnel (generated -> replied -> parsed -> answer-correct -> citation-passed -> kept, per task
-   and, for the oracle, per deliberate mistake), at most `max_kept` trajectories as training rows.
+   and, for the oracle, per deliberate mistake), at most `max_kept` trajectories as training rows
+   (and at most `max_kept_per_task` of a task).
 
 Layout under `trajectories.out_dir`::
 
@@ -195,11 +196,24 @@ def training_row(item: TrajectoryItem, target: str) -> dict[str, Any]:
             "target": target}
 
 
-def _kept_rows(rows: list[dict[str, Any]], cfg: TrajectoryConfig) -> list[dict[str, Any]]:
-    kept = [r for r in rows if r["verdict"] and json.loads(r["verdict"])["kept"]]
-    kept.sort(key=lambda r: stable_uniforms(f"{cfg.seed}|sr-keep|{r['id']}")[0])
-    out = [training_row(TrajectoryItem.from_json(r["item"]), r["target"]) for r in kept[: cfg.max_kept]]
-    return sorted(out, key=lambda r: r["id"])
+def kept_rows(rows: list[dict[str, Any]], cfg: TrajectoryConfig) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """The training rows: trajectories quality control passed, in a seeded order, each task up to its
+    `max_kept_per_task`, all up to `max_kept`; and per task how many passed but were over its cap."""
+    passed = [r for r in rows if r["verdict"] and json.loads(r["verdict"])["kept"]]
+    passed.sort(key=lambda r: stable_uniforms(f"{cfg.seed}|sr-keep|{r['id']}")[0])
+    per_task: Counter[str] = Counter()
+    over_cap: Counter[str] = Counter()
+    out = []
+    for r in passed:
+        if len(out) == cfg.max_kept:
+            break
+        item = TrajectoryItem.from_json(r["item"])
+        if per_task[item.task] >= cfg.max_kept_per_task.get(item.task, cfg.max_kept):
+            over_cap[item.task] += 1
+            continue
+        per_task[item.task] += 1
+        out.append(training_row(item, r["target"]))
+    return sorted(out, key=lambda r: r["id"]), dict(sorted(over_cap.items()))
 
 
 def run_trajectories(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None) -> dict[str, Any]:
@@ -249,7 +263,7 @@ def run_trajectories(cfg: RaypipeConfig, searcher_factory: SearcherFactory | Non
         compute=ray.data.ActorPoolStrategy(size=1), batch_size=tc.batch_size, num_cpus=tc.actor_cpus)
     rows = sorted(judged.iter_rows(), key=lambda r: r["id"])
     write_jsonl(rows, out / "trajectories.jsonl")
-    kept = _kept_rows(rows, tc)
+    kept, over_task_cap = kept_rows(rows, tc)
     (out / "train").mkdir(parents=True, exist_ok=True)
     for old in (out / "train").glob("part-*.parquet"):
         old.unlink()
@@ -261,7 +275,7 @@ def run_trajectories(cfg: RaypipeConfig, searcher_factory: SearcherFactory | Non
              "questions": len(questions),
              "no_documents": len(questions) - sum(bool(docs.get(q.instance_id)) for q in questions),
              "items": len(items), "negatives": sum(i.negative for i in items), "funnel": flow,
-             "kept_per_task": dict(Counter(r["task"] for r in kept)),
+             "kept_per_task": dict(Counter(r["task"] for r in kept)), "over_task_cap": over_task_cap,
              "question_rejects": len(rejects), "instances_read": report.as_dict(),
              "seconds": round(time.perf_counter() - start, 2)}
     if tc.longform_eval:

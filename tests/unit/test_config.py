@@ -213,3 +213,21 @@ def test_critic_support_tokens_must_be_is_sup_tokens():
         load_config(None, ['trajectories.qc.critic_supported=["[Fully Supported]"]'])
     cfg = load_config(None, ['trajectories.qc.critic_supported=["[Fully supported]", "[Partially supported]"]'])
     assert cfg.trajectories.qc.critic_supported == ["[Fully supported]", "[Partially supported]"]
+
+
+def test_self_reasoning_demo_config_compares_on_the_demos_own_questions_and_retriever():
+    """Self-Reasoning against Self-RAG is only the paper's Table 1 ordering when both read the same
+    world, index and K and Self-RAG is the demo's own generator; each stage-3 stage is one whole epoch,
+    so its export is the model after n epochs (the measured curve)."""
+    demo = load_config(ROOT / "configs" / "demo.yaml")
+    cfg = load_config(ROOT / "configs" / "self_reasoning_demo.yaml")
+    assert (cfg.world, cfg.retrieval, cfg.run_dir) == (demo.world, demo.retrieval, demo.run_dir)
+    assert cfg.eval.generator == demo.training.generator.out_dir
+    assert cfg.eval.generators["self_reasoning"] == cfg.training.self_reasoning.out_dir
+    assert {"self_reasoning", "selfrag"} <= set(cfg.eval.methods)
+    sets = [Path(s).name for s in cfg.eval.eval_sets]
+    assert sets == ["heldout_qa.jsonl", "heldout_fact.jsonl", "heldout_longform.jsonl"]
+    assert all(Path(s).parent == Path(demo.world.out_dir) / "eval" for s in cfg.eval.eval_sets)
+    answer_stages = [s for s in cfg.training.self_reasoning.stages if s.mask == ["prompt"]]
+    assert len(answer_stages) >= 2 and all(s.epochs == 1 for s in answer_stages)
+    assert cfg.eval.out_dir != demo.eval.out_dir

@@ -19,6 +19,7 @@ from raypipe.trajectories.dataset import (
     build_items,
     funnel,
     judge_reply,
+    kept_rows,
     run_trajectories,
     sample_questions,
     training_row,
@@ -372,3 +373,24 @@ def test_a_data_folder_without_the_fact_task_sentence_is_refused(tmp_path):
     (tmp_path / "stats.json").write_text(json.dumps({"processes": ["relevance", "evidence", "analysis"]}))
     with pytest.raises(RaypipeError, match="task sentence"):
         run_trajectories(load_config(None, [f"trajectories.out_dir={tmp_path}"]))
+
+
+def test_kept_rows_honour_each_tasks_cap_and_count_what_it_left_out():
+    """Caps bind per task, the overall `max_kept` still binds, and every passing trajectory a cap
+    left out is counted under its task (nothing dropped silently)."""
+    def judged(n: int, task: str, meta: dict, kept: bool = True) -> dict:
+        item = make_item(Question(f"{task}{n}", task, f"{task} question {n}?", "q", meta), [BIRTH], negative=False,
+                         rng=None)
+        return {"id": item.id, "item": item.to_json(), "target": "Final Answer: x",
+                "verdict": json.dumps({"kept": kept})}
+
+    rows = ([judged(n, "longform", BIO_META) for n in range(30)] + [judged(n, "qa", QA_META) for n in range(10)]
+            + [judged(n, "qa", QA_META, kept=False) for n in range(10, 15)])
+    capped, over = kept_rows(rows, TrajectoryConfig(max_kept_per_task={"longform": 4}))
+    assert sorted(r["task"] for r in capped).count("longform") == 4
+    assert [r["task"] for r in capped].count("qa") == 10  # the failed five never count
+    assert over == {"longform": 26}
+    uncapped, none_over = kept_rows(rows, TrajectoryConfig())
+    assert len(uncapped) == 40 and none_over == {}
+    both, _ = kept_rows(rows, TrajectoryConfig(max_kept=8, max_kept_per_task={"longform": 4}))
+    assert len(both) == 8 and [r["task"] for r in both].count("longform") <= 4
