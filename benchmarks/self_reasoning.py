@@ -4,8 +4,8 @@ per NQ question against Self-RAG's 2.08 s, a ratio of 1.05, both 7B):
 1. `self_reasoning` decodes the held-out QA and fact questions (retrieve top-K, one trajectory per
    question in one engine call per batch) -> seconds per question and `trajectory_parse_rate`, the
    share of outputs that parse as RAP/EAP/TAP trajectories;
-2. the same-run baseline: Self-RAG's decoding (retrieval `always`, K continuations per segment, beam
-   2, depth 3) over the same questions, the same retriever and the same weights (the engine is
+2. the same-run baseline: Self-RAG's decoding at its paper settings whatever the config says
+   (retrieval `always`, K continuations per segment, beam 2, depth 3, 100 tokens per segment) over the same questions, the same retriever and the same weights (the engine is
    shared, so both methods pay for the same model) -> `sr_vs_selfrag_time_ratio`.
 
     python -m benchmarks.self_reasoning --model runs/ls_lm/models/self_reasoning -c configs/self_reasoning.yaml
@@ -65,6 +65,9 @@ def main() -> None:
     parser.add_argument("-c", "--config", help="raypipe config (retrieval index, eval sets)")
     parser.add_argument("--limit", type=int, default=None, help="questions per eval set")
     parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--top-k", type=int, default=None,
+                        help="documents per question for both methods (default: the config's retrieval.top_k; "
+                             "Table 5's is 5)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
@@ -75,6 +78,7 @@ def main() -> None:
     from raypipe.methods.base import Toolkit
     from raypipe.methods.self_reasoning.method import SelfReasoning
     from raypipe.methods.selfrag.method import SelfRAG
+    from raypipe.methods.selfrag.settings import SelfRAGSettings
     from raypipe.settings.models import EngineConfig
 
     torch.set_num_threads(1)
@@ -92,10 +96,13 @@ def main() -> None:
         engine = make_engine(str(model), EngineConfig(kind="hf", batch_size=16))
         toolkit = Toolkit(engine=engine, retriever=retriever)
         requests = requests_of(eval_dir, limit)
-        top_k = cfg.retrieval.top_k
+        top_k = args.top_k or cfg.retrieval.top_k
         sr = SelfReasoning(toolkit)
         sr_settings = cfg.methods.self_reasoning.model_copy(update={"max_new_tokens": sr_tokens})
-        selfrag_settings = cfg.methods.selfrag.model_copy(update={"mode": "always"})
+        # Table 5 times Self-RAG at its own decoding settings (beam 2, depth 3, 100 tokens per segment:
+        # SelfRAGSettings' defaults), not at a config's demo-sized caps (configs/demo.yaml: depth 2 x
+        # 40 tokens, a fifth of what one trajectory may write)
+        selfrag_settings = SelfRAGSettings(mode="always")
         batches = [requests[i:i + args.batch_size] for i in range(0, len(requests), args.batch_size)]
         with timer() as t_sr:
             results = [r for b in batches for r in sr.decode(b, sr_settings, top_k)]
