@@ -130,9 +130,10 @@ class TrajectoryConfig(Section):
     #: trajectories kept after quality control at most (the paper: 2,000)
     max_kept: int = Field(2000, ge=1)
     #: at most this many kept trajectories of a task (`qa`, `fact`, `longform`); the rest of that task's
-    #: passing trajectories are counted (`over_task_cap`), not kept. Ours, the paper does not give its
-    #: mix: a biography's short `Final Answer` (birth year, city) taught to a world whose kept rows are
-    #: 39% biographies became every question's answer (docs/results/self-reasoning.md)
+    #: passing trajectories are counted (`over_task_cap`), not kept. Ours (the paper does not give its
+    #: mix), for worlds where one task dominates; no cap by default: on the demo's world, biographies
+    #: capped at 120 of 744 rows cost fact and long-form points and left QA where it was
+    #: (docs/results/self-reasoning.md)
     max_kept_per_task: dict[Literal["qa", "fact", "longform"], int] = Field(
         default_factory=dict, description="kept trajectories per task at most, e.g. {longform: 120}")
     #: show the top-K in a seeded random order ("to avoid order bias", §"Data Generation")
