@@ -27,9 +27,9 @@ class SelfCRAGSettings(SelfRAGSettings, CorrectiveSettings):
     #: gets the three, internal knowledge, external knowledge and the two combined, and Self-RAG's own
     #: critique chooses among them; the action is still triggered and traced, and an action ablation
     #: withholds that action's passage. Measured on the demo's world and generator (50 held-out
-    #: questions per set, docs/results/crag.md): per_source 50 / 36 / 18% on QA / fact / MC, joined
-    #: 24 / 36 / 22%, Self-RAG itself 42 / 34 / 18%; per_action not yet measured
-    #: (`eval.sweeps.selfcrag.knowledge_passages` compares the three on the same questions)
+    #: questions per set, 2026-11-27, docs/results/crag.md): per_source 36 / 42 / 24% on QA / fact /
+    #: MC, joined 28 / 44 / 26%, per_action 36 / 34 / 22% at 1.5x per_source's time; the default
+    #: follows the mean (`eval.sweeps.selfcrag.knowledge_passages` compares them on the same questions)
     knowledge_passages: ServerOnly[KnowledgePassages] = "per_source"
 
 
