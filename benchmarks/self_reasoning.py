@@ -5,8 +5,9 @@ per NQ question against Self-RAG's 2.08 s, a ratio of 1.05, both 7B):
    question in one engine call per batch) -> seconds per question and `trajectory_parse_rate`, the
    share of outputs that parse as RAP/EAP/TAP trajectories;
 2. the same-run baseline: Self-RAG's decoding at its paper settings whatever the config says
-   (retrieval `always`, K continuations per segment, beam 2, depth 3, 100 tokens per segment) over the same questions, the same retriever and the same weights (the engine is
-   shared, so both methods pay for the same model) -> `sr_vs_selfrag_time_ratio`.
+   (retrieval `always`, K continuations per segment, beam 2, depth 3, 100 tokens per segment) over
+   the same questions, the same retriever and the same weights (the engine is shared, so both
+   methods pay for the same model) -> `sr_vs_selfrag_time_ratio`.
 
     python -m benchmarks.self_reasoning --model runs/ls_lm/models/self_reasoning -c configs/self_reasoning.yaml
     python -m benchmarks.self_reasoning --quick     # tiny untrained model, keyword retriever, < 2 min
