@@ -387,7 +387,7 @@ def test_kept_rows_honour_each_tasks_cap_and_count_what_it_left_out():
     rows = ([judged(n, "longform", BIO_META) for n in range(30)] + [judged(n, "qa", QA_META) for n in range(10)]
             + [judged(n, "qa", QA_META, kept=False) for n in range(10, 15)])
     capped, over = kept_rows(rows, TrajectoryConfig(max_kept_per_task={"longform": 4}))
-    assert sorted(r["task"] for r in capped).count("longform") == 4
+    assert [r["task"] for r in capped].count("longform") == 4
     assert [r["task"] for r in capped].count("qa") == 10  # the failed five never count
     assert over == {"longform": 26}
     uncapped, none_over = kept_rows(rows, TrajectoryConfig())
