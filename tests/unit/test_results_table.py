@@ -128,21 +128,25 @@ def test_a_missing_per_method_generator_is_a_start_error_naming_its_key(tmp_path
         run_eval(cfg)
 
 
-def test_the_results_config_runs_every_method_once_on_the_learning_signal_worlds_sets():
+@pytest.mark.parametrize(("table", "world_config", "trainer"), [
+    ("results_table.yaml", "learning_signal.yaml", "self_reasoning.yaml"),
+    ("results_table_demo.yaml", "demo.yaml", "self_reasoning_demo.yaml"),
+])
+def test_a_results_config_runs_every_method_once_on_its_worlds_sets(table, world_config, trainer):
     from pathlib import Path
 
     from raypipe.methods import REGISTRY
     from raypipe.settings.paths import HELDOUT_SETS
 
     configs = Path(__file__).resolve().parents[2] / "configs"
-    cfg = load_config(configs / "results_table.yaml")
-    world = load_config(configs / "learning_signal.yaml").world
-    assert cfg.world == world  # the learning-signal world
+    cfg = load_config(configs / table)
+    world = load_config(configs / world_config).world
+    assert cfg.world == world
     assert sorted(cfg.eval.methods) == sorted(REGISTRY)
     variants = eval_variants(cfg)
     assert len(variants) == len(REGISTRY) and set(method_rows(cfg, variants)) == set(REGISTRY)
     assert sorted(Path(p).name for p in cfg.eval.eval_sets) == sorted([*HELDOUT_SETS, "heldout_longform.jsonl"])
     assert all(Path(p).parent == Path(world.out_dir) / "eval" for p in cfg.eval.eval_sets)
-    # Self-Reasoning answers with the model configs/self_reasoning.yaml trains
-    trained = load_config(configs / "self_reasoning.yaml").training.self_reasoning.out_dir
+    # Self-Reasoning answers with the model its own config trains
+    trained = load_config(configs / trainer).training.self_reasoning.out_dir
     assert cfg.eval.generators == {"self_reasoning": trained}
