@@ -3,7 +3,7 @@ a sequence of stages."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -25,6 +25,16 @@ class TrainStage(Section):
     mask: list[str] = ["prompt"]
     #: may be fractional: training stops after that share of the last epoch's steps
     epochs: float = Field(3.0, gt=0)
+    #: this stage's trainable decoder layers where they differ from its section's `trainable_layers`: a
+    #: number, or `all` (None: the section's). A stage that only teaches a format can train the top
+    #: layers while the stage that teaches the answer trains all of them (configs/self_reasoning_demo.yaml)
+    trainable_layers: Annotated[int, Field(ge=1)] | Literal["all"] | None = None
+
+    def layers(self, section_layers: int | None) -> int | None:
+        """The decoder layers this stage trains from the top (None: every layer)."""
+        if self.trainable_layers is None:
+            return section_layers
+        return None if self.trainable_layers == "all" else self.trainable_layers
 
 
 class TrainConfig(Section):

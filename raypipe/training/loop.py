@@ -46,8 +46,9 @@ def _build_engine(config: dict[str, Any], tc: TrainConfig, stage: TrainStage) ->
     torch.manual_seed(tc.seed)
     model, tokenizer = load_model(config["base_model"], dtype=getattr(torch, config["dtype"]), device="cpu")
     model.config.use_cache = False
-    if tc.trainable_layers is not None:
-        freeze_lower_layers(model, tc.trainable_layers)
+    layers = stage.layers(tc.trainable_layers)
+    if layers is not None:
+        freeze_lower_layers(model, layers)
     model.train()
     optimizer = torch.optim.AdamW(_param_groups(model, tc.weight_decay), lr=stage.lr)
     trained = TargetLossLM(model) if computes_same_logits(model, len(tokenizer)) else model

@@ -126,7 +126,8 @@ def fit_stage(tc: TrainConfig, stage: TrainStage, base_model: str, data: StageDa
     history = state.history
     stats = {
         "stage": stage.name, "base_model": base_model, "mask": list(stage.mask), "lr": stage.lr,
-        "epochs": stage.epochs, "num_workers": tc.num_workers, "zero_stage": tc.zero_stage,
+        "epochs": stage.epochs, "trainable_layers": stage.layers(tc.trainable_layers) or "all",
+        "num_workers": tc.num_workers, "zero_stage": tc.zero_stage,
         "prompt_format": prompt_format,
         "precision": "bf16" if bf16 else "fp32", "encode": data.encode_stats,
         "plan": {"global_batch": plan.global_batch, "steps_per_epoch": plan.steps_per_epoch,

@@ -228,6 +228,10 @@ def test_self_reasoning_demo_config_compares_on_the_demos_own_questions_and_retr
     sets = [Path(s).name for s in cfg.eval.eval_sets]
     assert sets == ["heldout_qa.jsonl", "heldout_fact.jsonl", "heldout_longform.jsonl"]
     assert all(Path(s).parent == Path(demo.world.out_dir) / "eval" for s in cfg.eval.eval_sets)
-    answer_stages = [s for s in cfg.training.self_reasoning.stages if s.mask == ["prompt"]]
+    sr = cfg.training.self_reasoning
+    answer_stages = [s for s in sr.stages if s.mask == ["prompt"]]
     assert len(answer_stages) >= 2 and all(s.epochs == 1 for s in answer_stages)
+    # the stages that teach the answer train the whole model (the measured lever), the format stages not
+    assert all(s.layers(sr.trainable_layers) is None for s in answer_stages)
+    assert all(s.layers(sr.trainable_layers) is not None for s in sr.stages if s not in answer_stages)
     assert cfg.eval.out_dir != demo.eval.out_dir

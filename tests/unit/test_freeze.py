@@ -58,3 +58,25 @@ def test_as_many_trainable_layers_as_the_model_has_changes_nothing():
 def test_a_model_without_decoder_layers_is_a_config_error():
     with pytest.raises(ConfigError, match="trainable_layers"):
         freeze_lower_layers(torch.nn.Linear(2, 2), 1)
+
+
+@pytest.mark.parametrize(("section", "stage", "trained"), [
+    (8, None, 8),        # a stage without its own setting trains what its section says
+    (8, "all", None),    # "all": every layer, whatever the section says
+    (None, 4, 4),        # a number overrides a section that trains every layer
+    (None, None, None),
+])
+def test_a_stage_can_train_other_layers_than_its_section(section, stage, trained):
+    from raypipe.settings.training import TrainStage
+
+    assert TrainStage(trainable_layers=stage).layers(section) == trained
+
+
+def test_a_stage_refuses_zero_trainable_layers_or_an_unknown_word():
+    from pydantic import ValidationError
+
+    from raypipe.settings.training import TrainStage
+
+    for bad in (0, "some"):
+        with pytest.raises(ValidationError, match="trainable_layers"):
+            TrainStage(trainable_layers=bad)
