@@ -164,12 +164,15 @@ def test_gradual_training_runs_the_three_stages_each_from_the_last(data_run, tin
     assert steps >= 2
     # the paper's order of learning rates (decreasing), scaled up so that a few steps move the tiny model
     lrs = {"rap": 5e-3, "rap_eap": 3e-3, "all": 1e-3}
-    stages = [TrainStage(name=name, lr=lrs[name], mask=STAGE_MASKS[name], epochs=epochs)
-              for name in ("rap", "rap_eap", "all")]
+    # the format stages train the top layer of two, the answer stage both (a stage's own setting)
+    layers = {"rap": None, "rap_eap": None, "all": "all"}
+    stages = [TrainStage(name=name, lr=lrs[name], mask=STAGE_MASKS[name], epochs=epochs,
+                         trainable_layers=layers[name]) for name in ("rap", "rap_eap", "all")]
     out = tmp_path / "self_reasoning"
     tc = SelfReasoningTrainConfig(
         base_model=str(tiny_model_dir), data=str(data_out / "train"), out_dir=str(out), stages=stages,
         num_workers=1, cpus_per_worker=0.5, micro_batch_size=micro, max_length=max_length, warmup_ratio=0.0,
+        trainable_layers=1,
         deepspeed_config=str(REPO / "configs" / "deepspeed" / "zero3.json"), log_every=1)
     summary = run_train(RaypipeConfig(training=TrainingConfig(self_reasoning=tc)), "self_reasoning")
 
@@ -182,6 +185,7 @@ def test_gradual_training_runs_the_three_stages_each_from_the_last(data_run, tin
     assert stats["all"]["base_model"] == str(folders["rap_eap"])
     for name, s in stats.items():
         assert s["mask"] == STAGE_MASKS[name] and s["lr"] == lrs[name]
+        assert s["trainable_layers"] == (layers[name] or 1)
         # no warmup: the first step ran at the stage's own learning rate, then it decayed
         assert s["history"][0]["lr"] == pytest.approx(lrs[name])
         assert all(r["lr"] <= lrs[name] for r in s["history"])
@@ -200,11 +204,13 @@ def test_gradual_training_runs_the_three_stages_each_from_the_last(data_run, tin
     truncated = [stats[n]["encode"]["rows_truncated"] for n in ("rap", "rap_eap", "all")]
     assert truncated == sorted(truncated) and truncated[-1] > 0
 
-    # every stage changed the weights it started from
-    param = "model.layers.0.mlp.down_proj.weight"
-    weights = [load_file(str(f / "model.safetensors"))[param] for f in (tiny_model_dir, *folders.values())]
-    for before, after in zip(weights[:-1], weights[1:], strict=True):
-        assert not torch.allclose(before, after)
+    # every stage changed the top layer it started from; the lower layer moved only in the stage that
+    # trains all layers
+    for param, moved in (("model.layers.1.mlp.down_proj.weight", [True, True, True]),
+                         ("model.layers.0.mlp.down_proj.weight", [False, False, True])):
+        weights = [load_file(str(f / "model.safetensors"))[param] for f in (tiny_model_dir, *folders.values())]
+        changed = [not torch.equal(before, after) for before, after in zip(weights[:-1], weights[1:], strict=True)]
+        assert changed == moved, param
     # stage 1 learned the relevance process it was trained on
     rap_before = _batch_loss(tiny_model_dir, rows, STAGE_MASKS["rap"], max_length)
     rap_after = _batch_loss(folders["rap"], rows, STAGE_MASKS["rap"], max_length)
