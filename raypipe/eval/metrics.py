@@ -97,6 +97,9 @@ class Scored:
     parsed: bool | None = None
     #: ... and why it did not (None: it parsed, or another method)
     parse_cause: str | None = None
+    #: closed-set tasks: the option the output named and the gold one (None: an open-ended task)
+    option: str | None = None
+    gold_option: str | None = None
 
 
 def judge(task: str, golds: tuple[str, ...], choices: dict[str, str], result: dict[str, Any],
@@ -107,6 +110,7 @@ def judge(task: str, golds: tuple[str, ...], choices: dict[str, str], result: di
     text = result["text"]
     no_option = None
     fact_score = None
+    option = gold_option = None
     correct: bool | None
     exact: bool | None
     if task == "longform":
@@ -126,13 +130,34 @@ def judge(task: str, golds: tuple[str, ...], choices: dict[str, str], result: di
         correct = result["option"] == golds[0]
         exact = exact_match(text, [golds[0], *([choices[golds[0]]] if task == "mc" else [])])
         no_option = result["option"] is None
+        option, gold_option = result["option"], golds[0]
     trace = result.get("trace") or {}
     segments = trace.get("segments", [])
     sup = [s["scores"]["is_sup"] for s in segments if s.get("citation") and "is_sup" in s.get("scores", {})]
     parsed = trace["trajectory"] is not None if "trajectory" in trace else None
     cause = None if parsed is not False else trace.get("parse_cause") or trace.get("parse_reason")
     return Scored(correct, exact, bool(result["retrieved"]), fmean(sup) if sup else None, no_option, fact_score,
-                  CragStep.of(trace), parsed, cause)
+                  CragStep.of(trace), parsed, cause, option, gold_option)
+
+
+#: a closed-set answer given for more than this share of a set's items, where the golds are not that
+#: one-sided, is a collapse (ours: the same rule as D_gen's reflection labels, raypipe.augment.collapse)
+COLLAPSE_SHARE = 0.95
+
+
+def answer_collapse(scored: list[Scored]) -> dict[str, Any] | None:
+    """On a closed-set set (fact verification, multiple choice): the most frequent answer's share and
+    the majority-label baseline (always answering the most frequent gold), so that an accuracy that is
+    only the baseline reads as such; `collapsed` when one answer covers more than `COLLAPSE_SHARE` of
+    the items and the golds do not. None for open-ended sets."""
+    closed = [s for s in scored if s.gold_option is not None]
+    if not closed:
+        return None
+    answer, answered = Counter(s.option for s in closed).most_common(1)[0]
+    gold, gold_count = Counter(s.gold_option for s in closed).most_common(1)[0]
+    share, gold_share = answered / len(closed), gold_count / len(closed)
+    return {"top_answer": answer, "top_answer_share": share, "majority_label": gold,
+            "majority_baseline": gold_share, "collapsed": share > COLLAPSE_SHARE >= gold_share}
 
 
 def summarize(scored: list[Scored]) -> dict[str, Any]:
@@ -141,11 +166,12 @@ def summarize(scored: list[Scored]) -> dict[str, Any]:
     paper's Figure 3b), no_option, over the closed-set items, and factscore, over the long-form
     items (None if there are none); for CRAG-family methods, what the corrective step did (`crag`,
     raypipe.eval.crag_steps.count_steps; None for other methods); for Self-Reasoning, the share of
-    trajectories that parse and the others counted by cause (None for other methods)."""
+    trajectories that parse and the others counted by cause (None for other methods); for closed-set
+    tasks, the most frequent answer beside the majority-label baseline (`answer_collapse`)."""
     if not scored:
         return {"n": 0, "judged": 0, "accuracy": None, "exact_match": None, "retrieval_frequency": None,
                 "is_sup": None, "no_option": None, "factscore": None, "crag": None,
-                "trajectory_parse_rate": None, "parse_failures": None}
+                "trajectory_parse_rate": None, "parse_failures": None, "answers": None}
     judged = [s for s in scored if s.correct is not None]
     sup = [s.is_sup for s in scored if s.is_sup is not None]
     closed = [s.no_option for s in scored if s.no_option is not None]
@@ -164,4 +190,5 @@ def summarize(scored: list[Scored]) -> dict[str, Any]:
         "crag": count_steps(s.crag for s in scored if s.crag is not None),
         "trajectory_parse_rate": fmean(bool(s.parsed) for s in trajectories) if trajectories else None,
         "parse_failures": dict(sorted(causes.items())) if trajectories else None,
+        "answers": answer_collapse(scored),
     }

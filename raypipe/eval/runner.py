@@ -195,6 +195,21 @@ def _summaries(predictions_dir: Path, variants: list[Variant], split: Split | No
     return dict(per_set), overall
 
 
+def collapsed_answers(per_set: dict[str, Any]) -> list[str]:
+    """One line per (set, variant) whose closed-set answers collapsed to one (`metrics.answer_collapse`):
+    its accuracy is then the one-answer baseline's, whatever the table's ordering says."""
+    lines = []
+    for set_name, by_variant in per_set.items():
+        for variant, summary in by_variant.items():
+            answers = summary.get("answers")
+            if answers and answers["collapsed"]:
+                lines.append(f"{variant} answers {answers['top_answer']!r} to {answers['top_answer_share']:.0%} of "
+                             f"{set_name}; the golds are {answers['majority_label']!r} for "
+                             f"{answers['majority_baseline']:.0%}, so its accuracy ({summary['accuracy']:.1%}) is a "
+                             f"one-answer model's, not a judgement per item")
+    return lines
+
+
 def _sweep(per_set: dict[str, Any], variants: list[Variant], sweep: str, key: str) -> dict[str, list[dict]]:
     return {name: [{key: v.value, **by_variant[v.name]} for v in variants if v.sweep == sweep]
             for name, by_variant in per_set.items()}
@@ -334,6 +349,9 @@ def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None
     parsing = {v: {"rate": round(m["trajectory_parse_rate"], 3), "failures": m["parse_failures"]}
                for v, m in overall.items() if m["trajectory_parse_rate"] is not None}
     steps = {v: describe_steps(overall[v]["crag"]) for v in headline if overall[v]["crag"] is not None}
+    collapsed = collapsed_answers(per_set)
+    for warning in collapsed:
+        logger.warning("COLLAPSE: %s", warning)
     gold = {(item.set, item.id): set(item.passage_ids) for item in items if item.passage_ids}
     critique = {v.name: ranking for v in variants
                 if (ranking := variant_ranking(predictions_dir / f"{v.name}.jsonl", gold)) is not None}
@@ -352,6 +370,7 @@ def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None
         **({"critique": critique} if critique else {}),
         **({"robustness": robustness} if robustness is not None else {}),
         **({"longform": longform} if longform else {}),
+        **({"answer_collapse": collapsed} if collapsed else {}),
         "eval_sets": {name: r.as_dict() for name, r in reports.items()},
         "plots": plots,
     }
@@ -371,6 +390,7 @@ def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None
            if longform else {}),
         **({"trajectory parse rate (failures by cause)": parsing} if parsing else {}),
         **({"CRAG's corrective step (all sets)": steps} if steps else {}),
+        **({"one answer for (nearly) every item": collapsed} if collapsed else {}),
         **({"critique vs look-alikes": {name: describe(critique[name]["all"]) for name in headline if name in critique}}
            if any(name in critique for name in headline) else {}),
         "variants decoded": len(decode),

@@ -47,7 +47,8 @@ def test_judge_qa_fact_and_mc():
     qa = judge("qa", ("film director",), {}, _result("She was a film director.", sups=(0.5, 1.0)))
     assert qa == Scored(correct=True, exact=False, retrieved=True, is_sup=0.75)
     fact = judge("fact", ("true",), {}, _result("False", option="true", retrieved=False))
-    assert fact == Scored(correct=True, exact=False, retrieved=False, is_sup=None, no_option=False)
+    assert fact == Scored(correct=True, exact=False, retrieved=False, is_sup=None, no_option=False,
+                          option="true", gold_option="true")
     mc = judge("mc", ("B",), {"A": "Rome", "B": "Lyon"}, _result("Lyon", option="A"))
     assert (mc.correct, mc.exact) == (False, True)  # exact: the text names the gold choice
     off_format = judge("mc", ("B",), {"A": "Rome", "B": "Lyon"}, _result("Further details follow.", option=None))
@@ -60,7 +61,7 @@ def test_summarize_fractions():
               Scored(False, False, True, 0.5), Scored(False, False, False, None)]
     assert summarize(scored) == {"n": 4, "judged": 4, "accuracy": 0.5, "exact_match": 0.25, "retrieval_frequency": 0.5,
                                  "is_sup": 0.75, "no_option": None, "factscore": None, "crag": None,
-                                 "trajectory_parse_rate": None, "parse_failures": None}
+                                 "trajectory_parse_rate": None, "parse_failures": None, "answers": None}
     closed = [Scored(False, False, False, None, no_option=True), Scored(True, True, False, None, no_option=False),
               Scored(False, False, False, None, no_option=False), Scored(True, True, True, None)]
     assert summarize(closed)["no_option"] == pytest.approx(1 / 3)  # over the three closed-set items
@@ -106,3 +107,37 @@ def test_self_reasoning_parse_rate_and_failures_by_cause():
     summary = summarize([*scored, judge("qa", ("1815",), {}, _result("1815"))])  # another method: not counted
     assert summary["trajectory_parse_rate"] == 0.25
     assert summary["parse_failures"] == {"loop": 2, "trailing_text": 1}
+
+
+def _fact(option: str | None, gold: str):
+    return judge("fact", (gold,), {}, {"text": option or "no idea", "retrieved": True, "option": option})
+
+
+def test_a_model_answering_true_to_nearly_every_claim_is_flagged_and_its_baseline_shown():
+    """The demo-world Self-Reasoning model's fact verification: `true` to 49 of 50 claims, 33 of them
+    true, scores 64%, which reads as a win over a method at 44% unless the majority baseline (66%)
+    stands beside it."""
+    from raypipe.eval.runner import collapsed_answers
+
+    scored = [_fact("true", "true")] * 32 + [_fact("true", "false")] * 17 + [_fact("false", "true")]
+    summary = summarize(scored)
+    assert summary["accuracy"] == pytest.approx(0.64)
+    assert summary["answers"] == {"top_answer": "true", "top_answer_share": pytest.approx(0.98),
+                                  "majority_label": "true", "majority_baseline": pytest.approx(0.66),
+                                  "collapsed": True}
+    [line] = collapsed_answers({"heldout_fact": {"self_reasoning": summary}})
+    assert "self_reasoning answers 'true' to 98% of heldout_fact" in line and "66%" in line
+
+
+def test_mixed_answers_or_one_sided_golds_are_not_a_collapse():
+    from raypipe.eval.runner import collapsed_answers
+
+    mixed = summarize([_fact("true", "true")] * 30 + [_fact("false", "false")] * 20)
+    assert not mixed["answers"]["collapsed"] and mixed["answers"]["majority_baseline"] == pytest.approx(0.6)
+    # every gold is true: answering true to all of them is right, not collapsed
+    one_sided = summarize([_fact("true", "true")] * 50)
+    assert not one_sided["answers"]["collapsed"]
+    # open-ended sets have no answers to count
+    qa = summarize([judge("qa", ("Orr",), {}, {"text": "Orr", "retrieved": True, "option": None})])
+    assert qa["answers"] is None
+    assert collapsed_answers({"f": {"m": mixed, "o": one_sided}, "q": {"m": qa}}) == []
