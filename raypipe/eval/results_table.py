@@ -102,6 +102,17 @@ def _agreement(ours: dict[str, float], papers: dict[str, float]) -> tuple[int, i
     return agree, total
 
 
+def _majority_baseline(by_variant: dict[str, Any]) -> float | None:
+    """A closed set's majority-label accuracy in percent (the same for every variant: it reads the golds)."""
+    answers = next(iter(by_variant.values())).get("answers")
+    return None if answers is None else 100 * answers["majority_baseline"]
+
+
+def _cell(summary: dict[str, Any]) -> str:
+    collapsed = (summary.get("answers") or {}).get("collapsed")
+    return f"{score_text(summary)}{' !' if collapsed else ''} ({100 * summary['retrieval_frequency']:.0f})"
+
+
 def _row(cells: list[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
@@ -127,12 +138,15 @@ def results_markdown(metrics: dict[str, Any]) -> str:
         _row(["---"] * (2 + len(sets))),
         _row(["questions", "", *(str(next(iter(per_set[s].values()))["n"]) for s in sets)]),
     ]
+    baselines = [_majority_baseline(per_set[s]) for s in sets]
+    if any(b is not None for b in baselines):
+        lines.append(_row(["always the most frequent gold", "", *("-" if b is None else f"{b:.1f}" for b in baselines)]))
     for m in methods:
-        cells = [f"{score_text(per_set[s][rows[m]['variant']])} "
-                 f"({100 * per_set[s][rows[m]['variant']]['retrieval_frequency']:.0f})" for s in sets]
+        cells = [_cell(per_set[s][rows[m]["variant"]]) for s in sets]
         lines.append(_row([method_name(m), f"`{rows[m]['model']}`", *cells]))
     lines += ["", "Cells: accuracy % (retrieval frequency %); FS = FactScore %; - = no judged question "
-              "(creative instructions).", ""]
+              "(creative instructions); ! = one answer to more than 95% of the set's items (a collapse: "
+              "the accuracy is a one-answer model's).", ""]
     compared = [s for s in sets if s in PAPER_SETS]
     if papers and compared:
         lines += [

@@ -72,6 +72,22 @@ def test_the_table_lists_each_method_on_each_set_qa_first_with_the_questions_and
     assert ours[2][2] == "10.0 (0)"  # no retrieval never retrieves
 
 
+def test_closed_sets_show_the_majority_baseline_and_mark_a_collapsed_method():
+    """An accuracy that is only the always-the-same-answer baseline must read as such in the table."""
+    metrics = _metrics()
+    for s in ("heldout_fact", "heldout_mc"):
+        for variant, summary in metrics["per_set"][s].items():
+            collapsed = s == "heldout_fact" and variant == "self_reasoning"
+            summary["answers"] = {"top_answer": "true", "top_answer_share": 0.98 if collapsed else 0.5,
+                                  "majority_label": "true", "majority_baseline": 0.66 if s == "heldout_fact" else 0.38,
+                                  "collapsed": collapsed}
+    ours = _table(results_markdown(metrics), "method")
+    assert ours[2] == ["always the most frequent gold", "", "-", "66.0", "38.0", "-", "-"]
+    by_method = {row[0]: row for row in ours[3:]}
+    assert by_method["Self-Reasoning"][3] == "61.0 ! (100)" and by_method["Self-RAG"][3] == "58.0 (100)"
+    assert by_method["Self-Reasoning"][4] == "26.0 (100)"
+
+
 def test_the_papers_rows_follow_each_methods_generator_and_name_their_table():
     text = results_markdown(_metrics())
     papers = _table(text[text.index("## Beside the papers"):], "method")
