@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any
 
+from raypipe.eval.metrics import COLLAPSE_SHARE
 from raypipe.eval.report import ordered_sets, score_text, set_name
 
 #: readable method names, in the order the table lists them: the baselines first
@@ -145,8 +146,8 @@ def results_markdown(metrics: dict[str, Any]) -> str:
         cells = [_cell(per_set[s][rows[m]["variant"]]) for s in sets]
         lines.append(_row([method_name(m), f"`{rows[m]['model']}`", *cells]))
     lines += ["", "Cells: accuracy % (retrieval frequency %); FS = FactScore %; - = no judged question "
-              "(creative instructions); ! = one answer to more than 95% of the set's items (a collapse: "
-              "the accuracy is a one-answer model's).", ""]
+              f"(creative instructions); ! = one answer to more than {COLLAPSE_SHARE:.0%} of the set's items "
+              "(a collapse: the accuracy is a one-answer model's).", ""]
     compared = [s for s in sets if s in PAPER_SETS]
     if papers and compared:
         lines += [
