@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 import warnings
 
 #: logger -> the lowest level it prints at; applied by `quiet_third_party`
@@ -110,3 +111,24 @@ def ray_logs_dir() -> str | None:
         return None
     node = ray._private.worker.global_worker.node  # no public accessor for the session folder
     return node.get_logs_dir_path() if node is not None else None
+
+
+class ProgressLog:
+    """Progress of a long Ray Data pass as log lines, at every `every` share of `total`, when stderr
+    is not a terminal: there Ray Data's bars are not drawn and its own periodic progress log is kept
+    off the console (above), so a job under `ray job submit`, nohup or CI would say nothing for the
+    length of an eval. On a terminal it logs nothing (the bars show it)."""
+
+    def __init__(self, desc: str, total: int, every: float = 0.1, enabled: bool | None = None,
+                 log: logging.Logger | None = None):
+        self.desc, self.total, self.done = desc, max(total, 1), 0
+        self.enabled = (not sys.stderr.isatty()) if enabled is None else enabled
+        self.step_size = max(1, round(self.total * every))
+        self.log = log or logging.getLogger("raypipe.progress")
+        self.start = time.monotonic()
+
+    def step(self, n: int = 1) -> None:
+        before, self.done = self.done, self.done + n
+        if self.enabled and (self.done // self.step_size > before // self.step_size or self.done == self.total):
+            self.log.info("%s: %d of %d (%.0f%%), %.0f s", self.desc, self.done, self.total,
+                          100 * self.done / self.total, time.monotonic() - self.start)

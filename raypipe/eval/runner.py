@@ -31,7 +31,7 @@ import shlex
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,7 @@ from raypipe.eval.plots import plot_robustness, plot_threshold_sweep, plot_weigh
 from raypipe.eval.predict import EvalPredictor, SearcherFactory, tools_used
 from raypipe.eval.results_table import results_markdown
 from raypipe.eval.robustness import RemovalPlan, plan_removal, robustness_metrics
+from raypipe.logs import ProgressLog
 from raypipe.methods import get_method
 from raypipe.methods.base import Variant
 from raypipe.runtime import ensure_ray
@@ -135,17 +136,19 @@ def _fingerprint(cfg: RaypipeConfig, variant: Variant, injected_retriever: bool,
 
 
 def _predict(cfg: RaypipeConfig, items: list[EvalItem], variants: list[Variant], searcher_factory: SearcherFactory | None,
-             removal: dict[str, float]) -> dict[str, list[tuple[EvalItem, dict[str, Any]]]]:
+             removal: dict[str, float]) -> Iterator[dict[str, list[tuple[EvalItem, dict[str, Any]]]]]:
     """Decode every item under every variant on an actor pool, one pass per generator (methods with
-    their own in `eval.generators` get theirs); results in input order per variant."""
+    their own in `eval.generators` get theirs); yields each pass's results, in input order per variant,
+    as soon as it ends, so a run stopped in a later pass keeps the earlier ones' predictions."""
     import ray
 
     ensure_ray(cfg.ray)
     gpus = cfg.eval.actor_gpus if ray.cluster_resources().get("GPU", 0) > 0 else 0
     dataset = ray.data.from_items([{"item": item.to_json()} for item in items])
     order = {(item.set, item.id): i for i, item in enumerate(items)}
-    by_variant: dict[str, list[tuple[EvalItem, dict[str, Any]]]] = defaultdict(list)
-    for generator, group in variants_by_generator(cfg, variants).items():
+    passes = variants_by_generator(cfg, variants)
+    for n, (generator, group) in enumerate(passes.items(), start=1):
+        by_variant: dict[str, list[tuple[EvalItem, dict[str, Any]]]] = defaultdict(list)
         predicted = dataset.map_batches(
             EvalPredictor,
             fn_constructor_kwargs={
@@ -165,11 +168,13 @@ def _predict(cfg: RaypipeConfig, items: list[EvalItem], variants: list[Variant],
             num_cpus=cfg.eval.actor_cpus,
             num_gpus=gpus,
         )
+        progress = ProgressLog(f"eval pass {n} of {len(passes)} ({generator})", len(items) * len(group))
         for row in predicted.iter_rows():
             by_variant[row["variant"]].append((EvalItem.from_json(row["item"]), json.loads(row["result"])))
-    for rows in by_variant.values():
-        rows.sort(key=lambda pair: order[(pair[0].set, pair[0].id)])
-    return by_variant
+            progress.step()
+        for rows in by_variant.values():
+            rows.sort(key=lambda pair: order[(pair[0].set, pair[0].id)])
+        yield by_variant
 
 
 def _prediction_row(item: EvalItem, result: dict[str, Any], split: Split | None) -> dict[str, Any]:
@@ -325,12 +330,13 @@ def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None
     if decode:
         logger.info("decoding %d items under %d variants (%d already done, %d the same as another)", len(items),
                     len(decode), len(variants) - len(pending), len(pending) - len(decode))
-        for name, rows in _predict(cfg, items, decode, searcher_factory, removal).items():
-            lines = [_prediction_row(item, result, split) for item, result in rows]
-            for alias in alike[prints[name]]:
-                write_jsonl(lines, predictions_dir / f"{alias}.jsonl")
-                meta = {"fingerprint": prints[alias], "variant": alias, "n": len(rows)}
-                (predictions_dir / f"{alias}.meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+        for decoded in _predict(cfg, items, decode, searcher_factory, removal):
+            for name, rows in decoded.items():
+                lines = [_prediction_row(item, result, split) for item, result in rows]
+                for alias in alike[prints[name]]:
+                    write_jsonl(lines, predictions_dir / f"{alias}.jsonl")
+                    meta = {"fingerprint": prints[alias], "variant": alias, "n": len(rows)}
+                    (predictions_dir / f"{alias}.meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     per_set, overall = _summaries(predictions_dir, variants, split)
     sweeps = {"threshold": _sweep(per_set, variants, "threshold", "threshold"),
               "is_sup_weight": _sweep(per_set, variants, "is_sup_weight", "w_is_sup")}

@@ -59,3 +59,24 @@ def test_importing_faiss_after_setup_prints_nothing():
     assert "Loading faiss" in loud
     quiet = _stderr_of("from raypipe.logs import setup_logging; setup_logging(); import faiss")
     assert "faiss" not in quiet
+
+
+def test_progress_log_reports_each_tenth_once_and_the_end(caplog):
+    caplog.set_level(logging.INFO, logger="raypipe.progress")
+    progress = raypipe.logs.ProgressLog("eval pass 1 of 1", total=95, enabled=True)
+    for _ in range(30):
+        progress.step(3)  # batches of rows, as Ray Data hands them over; 90 of 95
+    progress.step(5)
+    lines = [r.getMessage() for r in caplog.records]
+    # a line at the first count past each tenth (9.5 rounds to 10 rows), then at the end
+    assert [line.split(": ")[1].split(" (")[0] for line in lines] == [
+        "12 of 95", "21 of 95", "30 of 95", "42 of 95", "51 of 95", "60 of 95", "72 of 95", "81 of 95",
+        "90 of 95", "95 of 95"]
+    assert lines[-1].startswith("eval pass 1 of 1: 95 of 95 (100%)")
+
+
+def test_progress_log_is_silent_where_bars_are_drawn(caplog):
+    caplog.set_level(logging.INFO, logger="raypipe.progress")
+    progress = raypipe.logs.ProgressLog("eval", total=10, enabled=False)
+    progress.step(10)
+    assert caplog.records == []
