@@ -14,6 +14,8 @@ Outputs in `eval.out_dir`:
   by cause; CRAG's and Self-CRAG's with `crag`, what the corrective step did: raypipe.eval.crag_steps),
   the sweeps, `critique` (per variant of Self-RAG's beam: how often
   the generator's IsRel ranks the gold passage above a look-alike's, raypipe.eval.critique),
+  `relevance_verdicts` (per Self-Reasoning variant and set: its `Relevant:` verdict against whether a
+  gold passage was among the documents it read, raypipe.eval.relevance_verdict),
   `robustness` when `eval.robustness.enabled`, and
   `longform` (per long-form set with the world's ground truth, per variant: EM recall and ALCE
   citation recall and precision, judged by `trajectories.qc`'s support checker);
@@ -45,6 +47,7 @@ from raypipe.eval.datasets import EvalItem, read_eval_sets
 from raypipe.eval.metrics import judge, summarize
 from raypipe.eval.plots import plot_robustness, plot_threshold_sweep, plot_weight_sweep
 from raypipe.eval.predict import EvalPredictor, SearcherFactory, tools_used
+from raypipe.eval.relevance_verdict import collapsed_verdicts, relevance_verdicts
 from raypipe.eval.results_table import results_markdown
 from raypipe.eval.robustness import RemovalPlan, plan_removal, robustness_metrics
 from raypipe.logs import ProgressLog
@@ -355,12 +358,14 @@ def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None
     parsing = {v: {"rate": round(m["trajectory_parse_rate"], 3), "failures": m["parse_failures"]}
                for v, m in overall.items() if m["trajectory_parse_rate"] is not None}
     steps = {v: describe_steps(overall[v]["crag"]) for v in headline if overall[v]["crag"] is not None}
-    collapsed = collapsed_answers(per_set)
-    for warning in collapsed:
-        logger.warning("COLLAPSE: %s", warning)
     gold = {(item.set, item.id): set(item.passage_ids) for item in items if item.passage_ids}
     critique = {v.name: ranking for v in variants
                 if (ranking := variant_ranking(predictions_dir / f"{v.name}.jsonl", gold)) is not None}
+    verdicts = {v.name: found for v in variants
+                if (found := relevance_verdicts(predictions_dir / f"{v.name}.jsonl", gold)) is not None}
+    collapsed = collapsed_answers(per_set) + collapsed_verdicts(verdicts)
+    for warning in collapsed:
+        logger.warning("COLLAPSE: %s", warning)
     metrics = {
         "generator": cfg.eval.generator,
         "methods": cfg.eval.methods,
@@ -374,6 +379,7 @@ def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None
         "overall": overall,
         "sweeps": sweeps,
         **({"critique": critique} if critique else {}),
+        **({"relevance_verdicts": verdicts} if verdicts else {}),
         **({"robustness": robustness} if robustness is not None else {}),
         **({"longform": longform} if longform else {}),
         **({"answer_collapse": collapsed} if collapsed else {}),
@@ -396,7 +402,7 @@ def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None
            if longform else {}),
         **({"trajectory parse rate (failures by cause)": parsing} if parsing else {}),
         **({"CRAG's corrective step (all sets)": steps} if steps else {}),
-        **({"one answer for (nearly) every item": collapsed} if collapsed else {}),
+        **({"one answer or verdict for (nearly) every item": collapsed} if collapsed else {}),
         **({"critique vs look-alikes": {name: describe(critique[name]["all"]) for name in headline if name in critique}}
            if any(name in critique for name in headline) else {}),
         "variants decoded": len(decode),
