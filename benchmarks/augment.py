@@ -14,11 +14,19 @@ the JSON says which).
 
     python -m benchmarks.augment            # 150k instances
     python -m benchmarks.augment --quick    # 300 instances, < 1.5 min
+    python -m benchmarks.augment --work runs/bench_augment   # resumable: rerun the same command
+
+With `--work` the run keeps its folder, and a rerun after a kill (a session's end, a lost machine)
+reuses the world, index and sequential baseline and lets `raypipe augment` skip the shards already
+written: the pipeline's rate is then all instances over the summed wall time of every attempt (each
+attempt's elapsed time is saved every few seconds, so a killed attempt's time, and the partial shards
+it lost, count against it), and the peak RSS is the highest of any attempt.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import tempfile
@@ -51,6 +59,43 @@ class PeakRss:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+
+
+class Attempts:
+    """The pipeline's attempts in a kept work folder (attempts.json): each one's elapsed seconds and
+    peak RSS, saved every `every` seconds while it runs, so that a killed attempt still counts."""
+
+    def __init__(self, path: Path, rss: PeakRss, every: float = 5.0):
+        self.path, self.rss, self.every = path, rss, every
+        self.past = json.loads(path.read_text()) if path.exists() else []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._start = 0.0
+
+    def _save(self) -> None:
+        now = {"wall_s": round(time.perf_counter() - self._start, 1), "peak_rss_gib": round(self.rss.peak, 2)}
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps([*self.past, now], indent=1) + "\n")
+        tmp.replace(self.path)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            self._save()
+
+    def __enter__(self) -> Attempts:
+        self._start = time.perf_counter()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._save()
+
+    def totals(self) -> tuple[float, float, int]:
+        """(summed wall seconds, highest peak RSS, attempts) over every attempt, this one included."""
+        every = json.loads(self.path.read_text())
+        return sum(a["wall_s"] for a in every), max(a["peak_rss_gib"] for a in every), len(every)
 
 
 def sequential_loop(instances_dir: Path, cfg, limit: int, threads: int | None = None) -> tuple[int, float]:
@@ -91,6 +136,8 @@ def main() -> None:
     parser.add_argument("--instances", type=int, help="corpus size (default 150000; quick 300)")
     parser.add_argument("--subset", type=int, help="sequential-loop subset (default 2000; quick 100)")
     parser.add_argument("--critic", help="critic model folder (default: the demo critic if built)")
+    parser.add_argument("--work", help="keep the run's folder here and resume from it (default: a temp "
+                                       "folder, removed at the end)")
     args = parser.parse_args()
     n = args.instances or (300 if args.quick else 150_000)
     subset = args.subset or (100 if args.quick else 2000)
@@ -106,10 +153,12 @@ def main() -> None:
     from raypipe.settings.data import WorldConfig
     from raypipe.settings.models import TinyModelConfig
 
-    work = Path(tempfile.mkdtemp(prefix="raypipe-bench-augment-"))
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="raypipe-bench-augment-"))
+    work.mkdir(parents=True, exist_ok=True)
     try:
         world = work / "world"
-        synthesize(WorldConfig(out_dir=str(world), instances=n, seed=0, eval_instances=0, shard_size=5000))
+        if not (world / "_SUCCESS").exists():
+            synthesize(WorldConfig(out_dir=str(world), instances=n, seed=0, eval_instances=0, shard_size=5000))
         if args.critic:
             critic, critic_kind = Path(args.critic), "given"
         elif (DEMO_CRITIC / "config.json").exists():
@@ -127,23 +176,31 @@ def main() -> None:
         ensure_ray(cfg.ray)
         run_build_index(cfg)
 
-        n_seq, seq_s = sequential_loop(world / "instances", cfg, subset)
-        n_one, one_s = sequential_loop(world / "instances", cfg, subset // 2, threads=1)
-        with PeakRss() as rss, timer() as t:
+        baseline = work / "baseline.json"
+        if not baseline.exists():
+            n_seq, seq_s = sequential_loop(world / "instances", cfg, subset)
+            n_one, one_s = sequential_loop(world / "instances", cfg, subset // 2, threads=1)
+            baseline.write_text(json.dumps([n_seq, seq_s, n_one, one_s]))
+        n_seq, seq_s, n_one, one_s = json.loads(baseline.read_text())
+        with PeakRss() as rss, Attempts(work / "attempts.json", rss) as attempts:
             stats = run_augment(cfg)
         ray.shutdown()
+        wall_s, peak_rss, n_attempts = attempts.totals()
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if not args.work:
+            shutil.rmtree(work, ignore_errors=True)
 
-    pipeline_rate = stats["instances_processed"] / t.seconds
+    instances = stats["row_counts"]["input"]  # every finished shard's, so a resumed run counts the whole corpus
+    pipeline_rate = instances / wall_s
     sequential_rate = n_seq / seq_s
     one_thread_rate = n_one / one_s
     cores = os.cpu_count() or 1
     payload = {
-        "n_instances": stats["instances_processed"],
-        "wall_s": round(t.seconds, 1),
+        "n_instances": instances,
+        "wall_s": round(wall_s, 1),
         "instances_per_s": round(pipeline_rate, 2),
-        "peak_rss_gib": round(rss.peak, 2),
+        "peak_rss_gib": peak_rss,
+        "attempts": n_attempts,
         "sequential_subset": n_seq,
         "sequential_wall_s": round(seq_s, 1),
         "sequential_instances_per_s": round(sequential_rate, 2),
