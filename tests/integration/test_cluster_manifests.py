@@ -98,7 +98,7 @@ def _normalize_pip(argv: list[str]) -> tuple[str, ...] | None:
         if skip_next:
             skip_next = False
             continue
-        if arg in ("--quiet", "-q", "--no-cache-dir"):
+        if arg in ("--quiet", "-q", "-qq", "--no-cache-dir"):
             continue
         if arg in ("--index-url", "-i", "--extra-index-url"):
             skip_next = True
