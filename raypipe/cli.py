@@ -79,12 +79,14 @@ class Command:
     choices: tuple[str, ...] = ()
     #: the --help page's text (default: `help`)
     description: str = ""
+    #: the job prints its own closing summary (the demo): its stats go out only with --json
+    own_summary: bool = False
 
 
 _OUT = "output folder"
 
 COMMANDS: dict[str, Command] = {
-    "demo": Command("raypipe.demo:run_demo", "run every job on the demo's config, end to end"),
+    "demo": Command("raypipe.demo:run_demo", "run every job on the demo's config, end to end", own_summary=True),
     "data synth": Command(
         "raypipe.data.world:run_synth",
         "write the synthetic knowledge world: passages, instances, held-out eval splits",
@@ -328,7 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     if args.json:
         print(json.dumps(stats, indent=2, default=str))
-    else:
+    elif not cmd.own_summary:
         print_summary(f"raypipe {name}" + (f" {args.which}" if cmd.choices else ""), stats)
     return 0
 

@@ -82,12 +82,19 @@ def _show_agreement(cfg: RaypipeConfig) -> dict[str, Any]:
             "confusion matrices": str(out_path)}
 
 
+#: an augmented example shown is the first of its kind at most this long (about 6 terminal lines; a
+#: biography's row runs to 17), else the shortest of its kind
+EXAMPLE_CHARS = 450
+
+
 def _show_augmented(cfg: RaypipeConfig) -> dict[str, Any]:
     shards = sorted((Path(cfg.augment.out_dir) / "jsonl").glob("*.jsonl"))
     rows = [json.loads(line) for line in shards[0].read_text().splitlines()] if shards else []
     for kind, pick in (("with retrieval", lambda r: "[Retrieval]" in r["output"]),
                        ("without retrieval", lambda r: "[Retrieval]" not in r["output"])):
-        row = next((r for r in rows if pick(r)), None)
+        of_kind = [r for r in rows if pick(r)]
+        row = next((r for r in of_kind if len(r["output"]) <= EXAMPLE_CHARS),
+                   min(of_kind, key=lambda r: len(r["output"]), default=None))
         if row:
             console.rule(f"augmented output {kind} ({row['dataset']})")
             console.print(f"[bold]{row['instruction']}[/bold] {row['input']}", markup=True)
@@ -97,11 +104,11 @@ def _show_augmented(cfg: RaypipeConfig) -> dict[str, Any]:
 
 def _show_answers(cfg: RaypipeConfig) -> dict[str, Any]:
     """One answer per eval set (all are in predictions/); the accuracy table closes the demo."""
-    from raypipe.eval.report import answers_table
+    from raypipe.eval.report import answers_block
 
-    table = answers_table(cfg.eval.out_dir, n=1)
-    if table is not None:
-        console.print(table)
+    block = answers_block(cfg.eval.out_dir, n=1)
+    if block is not None:
+        console.print(block)
     return {}
 
 
@@ -274,11 +281,12 @@ def run_demo(cfg: RaypipeConfig) -> dict[str, Any]:
         if stats:
             console.print(stage_table(f"{name}:", stats))
         times[name] = round(time.perf_counter() - start, 1)
+    times["total"] = round(time.perf_counter() - total, 1)
     console.rule("[bold]demo: done")
     console.print(stage_table("stage times (s):", {"stages": times}, clip=False))
     metrics = json.loads((Path(cfg.eval.out_dir) / "metrics.json").read_text())
     console.print(closing_block(cfg, metrics, None if cfg.ray.log_to_driver else logs, sys.argv))
-    return {"total": f"{time.perf_counter() - total:.1f} s"}
+    return {"stage_seconds": times}
 
 
 def _same_config(command: str, argv: list[str]) -> str:

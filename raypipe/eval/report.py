@@ -12,6 +12,7 @@ from typing import Any
 
 from rich import box
 from rich.table import Table
+from rich.text import Text
 
 #: characters of an answer shown; untrained demo models can ramble for the whole length cap
 ANSWER_CHARS = 160
@@ -128,20 +129,23 @@ def sample_answers(out_dir: str | Path, variant: str = "adaptive", n: int = 3) -
     return [row for rows in per_set.values() for row in rows]
 
 
-def answers_table(out_dir: str | Path, variant: str = "adaptive", n: int = 3) -> Table | None:
-    """The first `n` questions of each eval set (QA first) with `variant`'s answer, the gold answer and
-    the passages cited; None when `variant` was not evaluated."""
+def answers_block(out_dir: str | Path, variant: str = "adaptive", n: int = 3) -> Text | None:
+    """The first `n` questions of each eval set (QA first), each as a question line and an answer line
+    (right / wrong / not judged, `variant`'s answer, the gold answer, the passages cited), the shape of
+    the serving demo's lines; None when `variant` was not evaluated. Lines, not a table: four
+    columns on an 80-column terminal wrap every cell to a word or two (31 lines for 4 questions)."""
     if not (Path(out_dir) / "predictions" / f"{variant}.jsonl").is_file():
         return None
-    answers = Table(title=f"Held-out questions ({variant} retrieval)", show_lines=True)
-    for column in ("question", "answer", "gold", "cites"):
-        answers.add_column(column, overflow="fold")
+    block = Text(f"Held-out questions ({variant} retrieval)\n", style="bold")
     chosen = sample_answers(out_dir, variant, n)
     order = {name: i for i, name in enumerate(ordered_sets({row["set"] for row in chosen}))}
     for row in sorted(chosen, key=lambda r: order[r["set"]]):
         answer = row["option"] if row["task"] != "qa" and row["option"] else row["text"][:ANSWER_CHARS]
         cites = ", ".join(f"{c['title']} ({c['passage_id']})" for c in row["citations"]) or "-"
-        mark = {True: "[green]✓[/green]", False: "[red]✗[/red]", None: "·"}[row["correct"]]
+        mark, style = {True: ("✓", "green"), False: ("✗", "red"), None: ("·", "")}[row["correct"]]
         question = row["input"] if row["task"] in ("fact", "mc") else " ".join((row["instruction"], row["input"])).strip()
-        answers.add_row(question, f"{mark} {answer}", ", ".join(row["golds"]) or "(not judged)", cites)
-    return answers
+        block.append(f"{set_name(row['set'])}: ", style="bold").append(question.replace("\n", " ") + "\n")
+        block.append(f"  {mark} ", style=style).append(answer.replace("\n", " "))
+        block.append(f" | gold: {', '.join(row['golds']) or '(not judged)'} | cites: {cites}\n", style="dim")
+    block.rstrip()
+    return block

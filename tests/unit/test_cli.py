@@ -204,6 +204,17 @@ def test_train_self_reasoning_reaches_the_job_as_its_config_section(monkeypatch,
     assert stop.value.code == 2
 
 
+def test_the_demo_closes_with_its_own_summary_and_gives_its_stats_only_as_json(monkeypatch, capsys):
+    stats = {"stage_seconds": {"synthetic world": 0.8, "total": 1202.5}}
+    monkeypatch.setattr(cli, "_resolve", lambda target: lambda cfg: stats)
+    assert cli.main(["demo"]) == 0
+    assert "stage_seconds" not in capsys.readouterr().out  # its stage-times table is already on screen
+    assert cli.main(["demo", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == stats
+    assert cli.main(["data", "synth"]) == 0  # other commands still print their stats table
+    assert "stage_seconds" in capsys.readouterr().out
+
+
 # --- the one-line serve ---
 
 def _serve(*argv: str):

@@ -111,3 +111,35 @@ def test_the_closing_block_leaves_out_ray_logs_shown_on_the_terminal():
     lines = _closing(["raypipe", "demo"], None)
     assert not any(line.lstrip().startswith("Ray logs") for line in lines)
     assert any(line.split()[:3] == ["serve", "it", "raypipe"] and "raypipe serve:" in line for line in lines)
+
+
+def test_held_out_answers_are_two_lines_each_qa_first(tmp_path):
+    from raypipe.eval.report import answers_block
+
+    def row(set_name, task, i, text, correct, option=None, golds=("x",), citations=()):
+        # closed-set rows carry the claim or question in `input`, under a fixed instruction
+        closed = task in ("fact", "mc")
+        return {"set": set_name, "task": task, "id": f"{set_name}-{i}",
+                "instruction": "Is it true?" if closed else f"{set_name} question {i}",
+                "input": f"{set_name} question {i}" if closed else "", "text": text, "option": option, "golds": list(golds), "correct": correct,
+                "citations": [{"title": t, "passage_id": p} for t, p in citations]}
+
+    (tmp_path / "predictions").mkdir()
+    rows = [row("heldout_noret", "instruction", 0, "A short poem.", None, golds=()),
+            row("heldout_fact", "fact", 0, "It is false.", False, option="false", golds=("true",)),
+            row("heldout_qa", "qa", 0, "The Iron Kite in Blue is an opera.", True, golds=("opera",),
+                citations=[("The Iron Kite in Blue", "p0001128")]),
+            row("heldout_qa", "qa", 1, "second QA answer", True)]
+    (tmp_path / "predictions" / "adaptive.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    console = Console(width=200, record=True)
+    console.print(answers_block(tmp_path, n=1))
+    lines = console.export_text().splitlines()
+    assert lines == [
+        "Held-out questions (adaptive retrieval)",
+        "QA: heldout_qa question 0",
+        "  ✓ The Iron Kite in Blue is an opera. | gold: opera | cites: The Iron Kite in Blue (p0001128)",
+        "fact verification: heldout_fact question 0",
+        "  ✗ false | gold: true | cites: -",
+        "plain instructions: heldout_noret question 0",
+        "  · A short poem. | gold: (not judged) | cites: -"]
+    assert answers_block(tmp_path, variant="never") is None
