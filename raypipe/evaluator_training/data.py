@@ -17,7 +17,12 @@ knows more than a title: `Fact.passages` names exactly the passages that state t
 - negatives (-1) are up to `negatives` passages drawn at random from the dense retriever's top
   `retrieve_k` that do not state the fact (the same subject's other passage, look-alike names,
   passages naming the same places), plus, for a person with a near-namesake, the look-alike's passage
-  whether retrieved or not (the world's hardest negative).
+  whether retrieved or not (the world's hardest negative);
+- with `strip_pairs` (ours), every paragraph of a positive that has several (a web page) is a pair of
+  its own under the page's title, as knowledge refinement scores it: +1 (`strip_positive`) where it
+  states the fact's value, -1 (`strip_negative`) where it does not. The paper trains on documents
+  only; its evaluator then scores strips it never saw the like of, and ours, trained so, ranked a
+  page's boilerplate paragraph above the one holding the answer.
 
 Pairs are split by subject entity (`heldout_fraction` of the entities, by a stable hash), so the
 held-out accuracy is measured on subjects the evaluator never saw.
@@ -41,6 +46,7 @@ from raypipe.data.world_entities import World
 from raypipe.data.world_facts import Fact
 from raypipe.data.world_passages import passage, web_passage
 from raypipe.data.world_tasks import _claim, training_subject
+from raypipe.methods.crag.strips import paragraphs
 from raypipe.retrieval.types import Searcher
 from raypipe.settings.crag_tools import EvaluatorTrainConfig
 from raypipe.settings.data import WorldConfig
@@ -60,7 +66,8 @@ class Pair:
     text: str
     #: +1 relevant, -1 not (the paper's regression targets)
     label: float
-    #: positive | retrieved (a retrieved negative) | lookalike (a near-namesake's passage)
+    #: positive | retrieved (a retrieved negative) | lookalike (a near-namesake's passage) |
+    #: strip_positive | strip_negative (a paragraph of a positive with several)
     kind: str
     entity_id: str
     passage_id: str
@@ -103,6 +110,21 @@ def heldout_entity(entity_id: str, fraction: float) -> bool:
     return int.from_bytes(digest[:8], "big") / 2**64 < fraction
 
 
+def strip_pairs(q: Question, title: str, text: str, pid: str) -> Iterator[Pair]:
+    """A positive's paragraphs, when it has several, each labelled by whether it states the fact: its
+    value, and its subject unless the page is the subject's (an author's page states a work's kind
+    in the paragraph naming the work; "film director" elsewhere on it is not the work's kind)."""
+    parts = paragraphs(text)
+    if len(parts) < 2:
+        return
+    value, subject = q.fact.value.lower(), q.fact.subject.lower()
+    for part in parts:
+        lower = part.lower()
+        holds = value in lower and (title.lower() == subject or subject in lower)
+        yield Pair(q.query, title, part, 1.0 if holds else -1.0, "strip_positive" if holds else "strip_negative",
+                   q.fact.entity_id, pid)
+
+
 def build_pairs(world: World, retriever: Searcher, cfg: EvaluatorTrainConfig) -> Iterator[Pair]:
     """Every question's positives, then its sampled negatives (one retriever call per batch)."""
     rng = random.Random(cfg.seed + 1)
@@ -115,6 +137,8 @@ def build_pairs(world: World, retriever: Searcher, cfg: EvaluatorTrainConfig) ->
             for pid in q.fact.passages:
                 title, text = passage_by_id(world, pid)
                 yield Pair(q.query, title, text, 1.0, "positive", q.fact.entity_id, pid)
+                if cfg.strip_pairs:
+                    yield from strip_pairs(q, title, text, pid)
             candidates = list(dict.fromkeys(h.id for h in hits if h.id not in gold))
             chosen = rng.sample(candidates, min(cfg.negatives, len(candidates)))
             by_id = {h.id: h for h in hits}

@@ -44,6 +44,11 @@ class EvaluatorTrainConfig(Section):
     retrieve_k: int = Field(10, ge=1)
     #: negatives per question, drawn from its retrieved passages that are not its positives
     negatives: int = Field(3, ge=0)
+    #: also pair each question with every paragraph of its multi-paragraph positives (web pages),
+    #: +1 where the paragraph states the answer and -1 where it does not: the evaluator scores strips
+    #: as well as documents (§4.4), and one trained on whole documents only scored a page's
+    #: boilerplate ("This profile of X was compiled from ...") above the paragraph holding the answer
+    strip_pairs: bool = True
     #: share of the questions that are claims (true or false statements of a fact) rather than
     #: questions, so the evaluator transfers to fact verification as the paper's did to PubHealth
     claim_fraction: float = Field(0.25, ge=0.0, le=1.0)

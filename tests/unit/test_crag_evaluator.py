@@ -9,8 +9,16 @@ from statistics import fmean
 import pytest
 
 from raypipe.data.world_entities import World
+from raypipe.data.world_facts import Fact
 from raypipe.errors import ModelError
-from raypipe.evaluator_training.data import build_pairs, heldout_entity, passage_by_id, write_pairs
+from raypipe.evaluator_training.data import (
+    Question,
+    build_pairs,
+    heldout_entity,
+    passage_by_id,
+    strip_pairs,
+    write_pairs,
+)
 from raypipe.evaluator_training.report import confusion, report, suggest_thresholds
 from raypipe.methods.crag.retrieval_evaluator import load_evaluator
 from raypipe.methods.crag.trigger import Action, trigger
@@ -49,16 +57,53 @@ def test_pairs_label_answer_passages_positive_and_retrieved_or_lookalike_negativ
     assert not any(p.entity_id in heldout for p in pairs)  # training-side questions only
     kinds = Counter(p.kind for p in pairs)
     assert kinds["positive"] >= 60 and kinds["retrieved"] > 0 and kinds["lookalike"] > 0
+    assert kinds["strip_positive"] > 0 and kinds["strip_negative"] > 0  # the web pages' paragraphs
     for p in pairs:
         title, text = passage_by_id(world, p.passage_id)
-        assert (p.title, p.text) == (title, text)
-        assert (p.label > 0) == (p.kind == "positive")
+        if p.kind.startswith("strip_"):
+            assert p.title == title and p.text in text.splitlines()
+        else:
+            assert (p.title, p.text) == (title, text)
+        assert (p.label > 0) == (p.kind in ("positive", "strip_positive"))
     # a look-alike negative is the near-namesake's passage: same first name, surname + "e"
     look = next(p for p in pairs if p.kind == "lookalike")
     assert look.title.split()[0] in look.query and look.title not in look.query
-    # negatives never hold the answer: no negative is among the question's positives
-    positives = {(p.query, p.passage_id) for p in pairs if p.label > 0}
-    assert not any((p.query, p.passage_id) in positives for p in pairs if p.label < 0)
+    # negative documents never hold the answer: none is among the question's positives (a negative
+    # strip is a paragraph of a positive page that does not state it)
+    positives = {(p.query, p.passage_id) for p in pairs if p.kind == "positive"}
+    assert not any((p.query, p.passage_id) in positives for p in pairs if p.kind in ("retrieved", "lookalike"))
+    assert all((p.query, p.passage_id) in positives for p in pairs if p.kind.startswith("strip_"))
+
+
+def _question(subject: str, value: str) -> Question:
+    fact = Fact(relation="r", entity_id="e1", subject=subject, value=value, questions=("q?",),
+                template="{v}", pool="p", passages=("w0000001",))
+    return Question(f"What about {subject}?", fact, None)
+
+
+#: a person's web page: three paragraphs, as the world writes them
+PAGE = ("Thea Rosing, born in Graebury in 1896, was a Koradian film director.\n"
+        "Thea Rosing lived in Jorenkar for many years. Thea Rosing is best known for the film The Silver Crown by Night.\n"
+        "This profile of Thea Rosing was compiled from local archives. Corrections are welcome.")
+
+
+def test_a_web_pages_paragraphs_are_labelled_by_whether_they_state_the_fact():
+    nationality = list(strip_pairs(_question("Thea Rosing", "Koradian"), "Thea Rosing", PAGE, "w0000001"))
+    assert [(p.label, p.kind) for p in nationality] == [
+        (1.0, "strip_positive"), (-1.0, "strip_negative"), (-1.0, "strip_negative")]
+    assert [p.text for p in nationality] == PAGE.splitlines()
+    # a work's author stated on the author's page: only the paragraph that names the work holds it,
+    # although the author's name (the value) is in every paragraph
+    author = list(strip_pairs(_question("The Silver Crown by Night", "Thea Rosing"), "Thea Rosing", PAGE, "w0000001"))
+    assert [p.label for p in author] == [-1.0, 1.0, -1.0]
+    # a one-paragraph passage is already a document pair: no strip pairs
+    assert list(strip_pairs(_question("Thea Rosing", "Koradian"), "Thea Rosing", PAGE.splitlines()[0], "p1")) == []
+
+
+def test_no_strip_pairs_when_switched_off(world_dir):
+    _, world = _world(world_dir)
+    cfg = EvaluatorTrainConfig(questions=30, negatives=2, retrieve_k=5, strip_pairs=False)
+    assert not any(p.kind.startswith("strip_") for p in build_pairs(world, TitleSearcher(world), cfg))
 
 
 def test_split_is_by_entity_and_written_with_stats(world_dir, tmp_path):
