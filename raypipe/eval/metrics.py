@@ -145,6 +145,12 @@ def judge(task: str, golds: tuple[str, ...], choices: dict[str, str], result: di
 COLLAPSE_SHARE = 0.95
 
 
+def one_sided(share: float, reference_share: float) -> bool:
+    """The collapse rule: one value for more than `COLLAPSE_SHARE` of the items (`share`, the most
+    frequent value's) where the reference (the golds, or what the documents held) is not that one-sided."""
+    return share > COLLAPSE_SHARE >= reference_share
+
+
 def answer_collapse(scored: list[Scored]) -> dict[str, Any] | None:
     """On a closed-set set (fact verification, multiple choice): the most frequent answer's share and
     the majority-label baseline (always answering the most frequent gold), so that an accuracy that is
@@ -157,7 +163,7 @@ def answer_collapse(scored: list[Scored]) -> dict[str, Any] | None:
     gold, gold_count = Counter(s.gold_option for s in closed).most_common(1)[0]
     share, gold_share = answered / len(closed), gold_count / len(closed)
     return {"top_answer": answer, "top_answer_share": share, "majority_label": gold,
-            "majority_baseline": gold_share, "collapsed": share > COLLAPSE_SHARE >= gold_share}
+            "majority_baseline": gold_share, "collapsed": one_sided(share, gold_share)}
 
 
 def summarize(scored: list[Scored]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ a gold passage for 9). For every parsed trajectory of an item that knows its gol
 (`passage_ids`), this compares the verdict with whether a gold passage is among the documents the model
 read (`trace.documents`). That reference is ours (the paper has no such measure): a document set
 without the gold passage may still be on topic, so agreement is a floor, and the check that matters is
-the collapse: one verdict for more than `COLLAPSE_SHARE` of the items while the documents are not
+the collapse (`metrics.one_sided`): one verdict for more than 95% of the items while the documents are not
 that one-sided.
 """
 
@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from raypipe.eval.metrics import COLLAPSE_SHARE
+from raypipe.eval.metrics import one_sided
 
 
 def verdict_summary(pairs: list[tuple[bool, bool]]) -> dict[str, Any]:
@@ -34,7 +34,7 @@ def verdict_summary(pairs: list[tuple[bool, bool]]) -> dict[str, Any]:
             "agreement": sum(s == g for s, g in pairs) / n,
             "confusion": {f"said_{s}_gold_{g}": sum(p == (s, g) for p in pairs)
                           for s in (True, False) for g in (True, False)},
-            "collapsed": top_share > COLLAPSE_SHARE >= gold_share}
+            "collapsed": one_sided(top_share, gold_share)}
 
 
 def relevance_verdicts(predictions: Path, gold: Mapping[tuple[str, str], set[str]]) -> dict[str, Any] | None:
