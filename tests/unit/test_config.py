@@ -177,11 +177,11 @@ def test_a_missing_or_circular_parent_names_the_files(tmp_path):
 
 #: Self-Reasoning's Table 2 ablations: file -> (trajectory processes, stage names, quality control on)
 SR_ABLATIONS = {
-    "wo_rap": (["evidence", "analysis"], ["eap", "all_1", "all_2"], True),
-    "wo_eap": (["relevance", "analysis"], ["rap", "all_1", "all_2"], True),
-    "wo_tap": (["relevance", "evidence"], ["rap", "rap_eap", "all_1", "all_2"], True),
+    "wo_rap": (["evidence", "analysis"], ["eap", "all_1"], True),
+    "wo_eap": (["relevance", "analysis"], ["rap", "all_1"], True),
+    "wo_tap": (["relevance", "evidence"], ["rap", "rap_eap", "all_1"], True),
     "wo_gl": (["relevance", "evidence", "analysis"], ["all"], True),
-    "wo_qc": (["relevance", "evidence", "analysis"], ["rap", "rap_eap", "all_1", "all_2"], False),
+    "wo_qc": (["relevance", "evidence", "analysis"], ["rap", "rap_eap", "all_1"], False),
 }
 
 
