@@ -5,7 +5,8 @@ Outputs in `eval.out_dir`:
 - predictions/<variant>.jsonl: one row per eval question (item fields, decoded text, option,
   citations, per-segment reflection probabilities and scores, correctness); a `.meta.json` beside it
   holds the fingerprint of generator weights, decoding config, retriever config and eval files, so a
-  rerun decodes only variants whose inputs changed;
+  rerun decodes only variants whose inputs changed; `<variant>.partial.jsonl` while its pass runs
+  (each result as it arrives: a stopped run's rerun decodes only the items not yet there);
 - results.md: every method (as configured) on every eval set beside the papers' figures and orderings
   (raypipe.eval.results_table), from `method_rows` and `run` in metrics.json;
 - metrics.json: `accuracy`, `exact_match`, `retrieval_frequency` and `factscore` keyed by headline
@@ -33,7 +34,7 @@ import shlex
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ from raypipe.eval.crag_steps import describe as describe_steps
 from raypipe.eval.critique import describe, variant_ranking
 from raypipe.eval.datasets import EvalItem, read_eval_sets
 from raypipe.eval.metrics import judge, summarize
+from raypipe.eval.partial import PartialWriter, partial_path, read_partial, remove_partials
 from raypipe.eval.plots import plot_robustness, plot_threshold_sweep, plot_weight_sweep
 from raypipe.eval.predict import EvalPredictor, SearcherFactory, tools_used
 from raypipe.eval.relevance_verdict import collapsed_verdicts, relevance_verdicts
@@ -138,46 +140,77 @@ def _fingerprint(cfg: RaypipeConfig, variant: Variant, injected_retriever: bool,
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
+#: one pass's decoding: the items to decode -> rows {"variant", "item", "result"} (JSON strings) as they come
+DecodeRows = Callable[[list[EvalItem]], Iterable[dict[str, Any]]]
+
+
 def _predict(cfg: RaypipeConfig, items: list[EvalItem], variants: list[Variant], searcher_factory: SearcherFactory | None,
-             removal: dict[str, float]) -> Iterator[dict[str, list[tuple[EvalItem, dict[str, Any]]]]]:
+             removal: dict[str, float], predictions_dir: Path,
+             prints: dict[str, str]) -> Iterator[dict[str, list[tuple[EvalItem, dict[str, Any]]]]]:
     """Decode every item under every variant on an actor pool, one pass per generator (methods with
     their own in `eval.generators` get theirs); yields each pass's results, in input order per variant,
-    as soon as it ends, so a run stopped in a later pass keeps the earlier ones' predictions."""
+    as soon as it ends, so a run stopped in a later pass keeps the earlier ones' predictions (and
+    within a pass, what `pass_results` kept)."""
     import ray
 
     ensure_ray(cfg.ray)
     gpus = cfg.eval.actor_gpus if ray.cluster_resources().get("GPU", 0) > 0 else 0
-    dataset = ray.data.from_items([{"item": item.to_json()} for item in items])
-    order = {(item.set, item.id): i for i, item in enumerate(items)}
     passes = variants_by_generator(cfg, variants)
     for n, (generator, group) in enumerate(passes.items(), start=1):
-        by_variant: dict[str, list[tuple[EvalItem, dict[str, Any]]]] = defaultdict(list)
-        predicted = dataset.map_batches(
-            EvalPredictor,
-            fn_constructor_kwargs={
-                "generator": generator,
-                "engine": cfg.engine,
-                "retrieval": cfg.retrieval,
-                "variants": group,
-                "searcher_factory": searcher_factory,
-                "crag": cfg.crag,
-                "index": any(item.passages is None for item in items),
-                "removal": {v.name: removal[v.name] for v in group if v.name in removal},
-                "removal_seed": cfg.eval.robustness.seed,
-                "noise": cfg.eval.retrieval_noise,
-            },
-            compute=ray.data.ActorPoolStrategy(size=cfg.eval.actors),
-            batch_size=cfg.eval.batch_size,
-            num_cpus=cfg.eval.actor_cpus,
-            num_gpus=gpus,
-        )
-        progress = ProgressLog(f"eval pass {n} of {len(passes)} ({generator})", len(items) * len(group))
-        for row in predicted.iter_rows():
-            by_variant[row["variant"]].append((EvalItem.from_json(row["item"]), json.loads(row["result"])))
+
+        def decode(todo: list[EvalItem], generator: str = generator, group: list[Variant] = group):
+            dataset = ray.data.from_items([{"item": item.to_json()} for item in todo])
+            return dataset.map_batches(
+                EvalPredictor,
+                fn_constructor_kwargs={
+                    "generator": generator,
+                    "engine": cfg.engine,
+                    "retrieval": cfg.retrieval,
+                    "variants": group,
+                    "searcher_factory": searcher_factory,
+                    "crag": cfg.crag,
+                    "index": any(item.passages is None for item in items),
+                    "removal": {v.name: removal[v.name] for v in group if v.name in removal},
+                    "removal_seed": cfg.eval.robustness.seed,
+                    "noise": cfg.eval.retrieval_noise,
+                },
+                compute=ray.data.ActorPoolStrategy(size=cfg.eval.actors),
+                batch_size=cfg.eval.batch_size,
+                num_cpus=cfg.eval.actor_cpus,
+                num_gpus=gpus,
+            ).iter_rows()
+
+        yield pass_results(decode, items, [v.name for v in group], predictions_dir, prints,
+                           f"eval pass {n} of {len(passes)} ({generator})")
+
+
+def pass_results(decode: DecodeRows, items: list[EvalItem], group: list[str], predictions_dir: Path,
+                 prints: dict[str, str], label: str) -> dict[str, list[tuple[EvalItem, dict[str, Any]]]]:
+    """One pass's results per variant, in input order: what a stopped run kept for the same
+    fingerprints (raypipe.eval.partial), then `decode` over the items some variant still lacks, each
+    result kept as it arrives."""
+    order = {(item.set, item.id): i for i, item in enumerate(items)}
+    kept = {name: read_partial(partial_path(predictions_dir, name), prints[name]) for name in group}
+    todo = [item for item in items if any((item.set, item.id) not in kept[name] for name in group)]
+    by_variant = {name: [(items[order[key]], result) for key, result in kept[name].items() if key in order]
+                  for name in group}
+    if len(todo) < len(items):
+        logger.info("%s: %d of %d items kept from a stopped run", label, len(items) - len(todo), len(items))
+    progress = ProgressLog(label, len(todo) * len(group))
+    writer = PartialWriter(predictions_dir, {name: prints[name] for name in group}, kept)
+    try:
+        for row in decode(todo) if todo else ():
+            item, result = EvalItem.from_json(row["item"]), json.loads(row["result"])
+            key = (item.set, item.id)
+            writer.add(row["variant"], key, result)
+            if key not in kept[row["variant"]]:
+                by_variant[row["variant"]].append((item, result))
             progress.step()
-        for rows in by_variant.values():
-            rows.sort(key=lambda pair: order[(pair[0].set, pair[0].id)])
-        yield by_variant
+    finally:
+        writer.close()
+    for rows in by_variant.values():
+        rows.sort(key=lambda pair: order[(pair[0].set, pair[0].id)])
+    return by_variant
 
 
 def _prediction_row(item: EvalItem, result: dict[str, Any], split: Split | None) -> dict[str, Any]:
@@ -333,13 +366,14 @@ def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None
     if decode:
         logger.info("decoding %d items under %d variants (%d already done, %d the same as another)", len(items),
                     len(decode), len(variants) - len(pending), len(pending) - len(decode))
-        for decoded in _predict(cfg, items, decode, searcher_factory, removal):
+        for decoded in _predict(cfg, items, decode, searcher_factory, removal, predictions_dir, prints):
             for name, rows in decoded.items():
                 lines = [_prediction_row(item, result, split) for item, result in rows]
                 for alias in alike[prints[name]]:
                     write_jsonl(lines, predictions_dir / f"{alias}.jsonl")
                     meta = {"fingerprint": prints[alias], "variant": alias, "n": len(rows)}
                     (predictions_dir / f"{alias}.meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+                remove_partials(predictions_dir, [name])
     per_set, overall = _summaries(predictions_dir, variants, split)
     sweeps = {"threshold": _sweep(per_set, variants, "threshold", "threshold"),
               "is_sup_weight": _sweep(per_set, variants, "is_sup_weight", "w_is_sup")}

@@ -34,7 +34,7 @@ def test_a_pass_that_fails_keeps_the_earlier_pass_and_a_rerun_decodes_only_the_r
                              "eval.sweeps.self_reasoning.robustness=[]"])
     decoded: list[list[str]] = []
 
-    def passes(cfg, items, variants, searcher_factory, removal, fail: bool):
+    def passes(cfg, items, variants, searcher_factory, removal, predictions_dir, prints, fail: bool):
         for generator, group in runner.variants_by_generator(cfg, variants).items():
             decoded.append([v.name for v in group])
             if fail and generator.endswith("self_reasoning"):
