@@ -61,7 +61,7 @@ class PartialWriter:
             path = partial_path(predictions_dir, variant)
             if kept.get(variant):
                 fh = path.open("a", encoding="utf-8")
-                if not path.read_bytes().endswith(b"\n"):
+                if not _ends_a_line(path):
                     fh.write("\n")  # after a line the kill cut short, which the reader skips
             else:  # absent, or another fingerprint's: start afresh
                 fh = path.open("w", encoding="utf-8")
@@ -77,6 +77,12 @@ class PartialWriter:
     def close(self) -> None:
         for fh in self._files.values():
             fh.close()
+
+
+def _ends_a_line(path: Path) -> bool:
+    with path.open("rb") as fh:
+        fh.seek(-1, 2)
+        return fh.read(1) == b"\n"
 
 
 def remove_partials(predictions_dir: Path, variants: Iterable[str]) -> None:
