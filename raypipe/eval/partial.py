@@ -68,11 +68,14 @@ class PartialWriter:
                 fh.write(json.dumps({"fingerprint": fingerprint}) + "\n")
             self._files[variant] = fh
 
-    def add(self, variant: str, key: ItemKey, result: dict[str, Any]) -> None:
+    def add(self, variant: str, key: ItemKey, result: dict[str, Any]) -> bool:
+        """Keep a result; False for one a stopped run already kept (decoded again only because
+        another variant of the pass lacked the item), which is not written twice."""
         if key in self._kept.get(variant, {}):
-            return  # decoded again only because another variant of the pass lacked it
+            return False
         self._files[variant].write(json.dumps({"set": key[0], "id": key[1], "result": result}) + "\n")
         self._files[variant].flush()
+        return True
 
     def close(self) -> None:
         for fh in self._files.values():

@@ -201,9 +201,7 @@ def pass_results(decode: DecodeRows, items: list[EvalItem], group: list[str], pr
     try:
         for row in decode(todo) if todo else ():
             item, result = EvalItem.from_json(row["item"]), json.loads(row["result"])
-            key = (item.set, item.id)
-            writer.add(row["variant"], key, result)
-            if key not in kept[row["variant"]]:
+            if writer.add(row["variant"], (item.set, item.id), result):
                 by_variant[row["variant"]].append((item, result))
             progress.step()
     finally:
