@@ -53,11 +53,43 @@ def _web_index(cfg: RaypipeConfig) -> dict[str, Any]:
     return {key: stats[key] for key in WEB_INDEX_SHOWN if key in stats}
 
 
+#: `raypipe eval`'s stats the demo prints elsewhere: the closing tables (accuracy, retrieval, CRAG's
+#: actions per set) and the COLLAPSE warnings (one answer to nearly every item)
+EVAL_SHOWN_ELSEWHERE = ("accuracy", "retrieval_frequency", "CRAG's corrective step (all sets)",
+                        "one answer or verdict for (nearly) every item")
+
+
 def _evaluate(cfg: RaypipeConfig) -> dict[str, Any]:
-    """`raypipe eval`; its accuracy and retrieval frequency are left to the table that closes the demo."""
+    """`raypipe eval`, without the stats the demo shows in other places."""
     from raypipe.eval.runner import run_eval
 
-    return {k: v for k, v in run_eval(cfg).items() if k not in ("accuracy", "retrieval_frequency")}
+    return {k: v for k, v in run_eval(cfg).items() if k not in EVAL_SHOWN_ELSEWHERE}
+
+
+def _label(cfg: RaypipeConfig) -> dict[str, Any]:
+    """`raypipe label`, each aspect on one or two lines: its split and its labels' balance (the request
+    and sampling counts, equal on the oracle's run, stay in the stage's stats.json)."""
+    from raypipe.critic.dataset import run_label
+
+    stats = run_label(cfg)
+    aspects = {name: {"train": a.get("train"), "dev": a.get("dev"), "failed": a.get("failed"), "labels": a.get("labels")}
+               for name, a in stats.get("aspects", {}).items()}
+    return {**stats, "aspects": aspects}
+
+
+def _augment(cfg: RaypipeConfig) -> dict[str, Any]:
+    """`raypipe augment`, its collapse check as one line: whether a reflection group collapsed, and
+    each aspect's agreement between D_gen's labels and the teacher's on the relabelled sample."""
+    from raypipe.augment.pipeline import run_augment
+
+    stats = run_augment(cfg)
+    check = stats.get("collapse_check")
+    if isinstance(check, dict) and "aspects" in check:
+        agreement = ", ".join(f"{name} {100 * a['agreement']:.0f}%" for name, a in check["aspects"].items()
+                              if a.get("agreement") is not None)
+        stats["collapse_check"] = (f"collapsed: {', '.join(check['collapsed']) or 'none'}; D_gen agrees with the "
+                                   f"{check['teacher']} teacher on {check['sample_rows']} rows: {agreement}")
+    return stats
 
 
 def _heldout_questions(cfg: RaypipeConfig, n: int) -> list[str]:
@@ -239,8 +271,6 @@ def _train_evaluator(cfg: RaypipeConfig) -> dict[str, Any]:
 
 
 def stages() -> list[tuple[str, Stage]]:
-    from raypipe.augment.pipeline import run_augment
-    from raypipe.critic.dataset import run_label
     from raypipe.data.world import run_synth
     from raypipe.models.build_job import run_build_models
     from raypipe.retrieval.build import run_build_index
@@ -254,10 +284,10 @@ def stages() -> list[tuple[str, Stage]]:
         ("web index (CRAG fallback)", _web_index),
         ("retrieval evaluator training (CRAG)", _train_evaluator),
         ("retrieval examples", _show_retrievals),
-        ("critic data set (oracle teacher)", run_label),
+        ("critic data set (oracle teacher)", _label),
         ("critic training", _train("critic")),
         ("critic agreement", _show_agreement),
-        ("corpus augmentation", run_augment),
+        ("corpus augmentation", _augment),
         ("augmented examples", _show_augmented),
         ("generator training", _train("generator")),
         ("evaluation", _evaluate),
@@ -267,11 +297,12 @@ def stages() -> list[tuple[str, Stage]]:
 
 
 def run_demo(cfg: RaypipeConfig) -> dict[str, Any]:
-    from raypipe.logs import ray_logs_dir
+    from raypipe.logs import ray_logs_dir, tables_only
     from raypipe.runtime import ensure_ray
 
     ensure_ray(cfg.ray)  # logs the folder of Ray's worker logs
     logs = ray_logs_dir()
+    tables_only()
     times: dict[str, float] = {}
     total = time.perf_counter()
     for name, stage in stages():

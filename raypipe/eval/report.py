@@ -73,7 +73,6 @@ def accuracy_table(metrics: dict[str, Any]) -> Table:
     return table
 
 
-#: the columns of the CRAG table: header -> the count in a `crag_steps.count_steps` summary
 #: the columns of the CRAG table: header -> the count in a `crag_steps.count_steps` summary; the
 #: headers are short so that the table fits an 80-column terminal, and its caption spells them out
 CRAG_COLUMNS: dict[str, Callable[[dict[str, Any]], int]] = {

@@ -145,6 +145,9 @@ def start_app(cfg: RaypipeConfig) -> str:
     one), deploy the app and wait until it is RUNNING; returns its base URL."""
     from ray import serve
 
+    from raypipe.logs import reapply
+
+    reapply()  # importing Serve has just set its logger back to INFO ("Started Serve in namespace ...")
     ensure_ray(cfg.ray)
     s = cfg.serve
     serve.start(http_options={"host": s.host, "port": s.port})

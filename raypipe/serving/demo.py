@@ -65,7 +65,6 @@ def run_serve_demo(cfg: RaypipeConfig) -> dict[str, Any]:
     from ray import serve
     from rich.console import Console
 
-    from raypipe.logs import reapply
     from raypipe.serving.app import start_app
 
     console = Console()
@@ -74,7 +73,6 @@ def run_serve_demo(cfg: RaypipeConfig) -> dict[str, Any]:
     questions = demo_questions(cfg)
     answers: list[dict[str, Any]] = []
     verdicts: list[bool | None] = []
-    reapply()  # importing Serve has just set its logger back to INFO
     url = start_app(cfg)
     try:
         with httpx.Client(base_url=url, headers=headers, timeout=cfg.serve.request_timeout_s) as client:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import time
 
@@ -143,3 +144,56 @@ def test_held_out_answers_are_two_lines_each_qa_first(tmp_path):
         "plain instructions: heldout_noret question 0",
         "  · A short poem. | gold: (not judged) | cites: -"]
     assert answers_block(tmp_path, variant="never") is None
+
+
+def _rows_at_80_columns(title: str, stats: dict) -> dict[str, int]:
+    """Terminal lines per stat row of a stage table on an 80-column terminal."""
+    console = Console(width=80, record=True)
+    console.print(stage_table(title, stats))
+    rows: dict[str, int] = {}
+    key = None
+    for line in console.export_text().splitlines()[1:]:
+        if line[:2].strip():  # a row's first line: its key in the first column
+            key = line.split()[0]
+            rows[key] = 0
+        rows[key] += 1
+    return rows
+
+
+def test_the_demos_label_table_gives_each_aspect_its_split_and_balance_in_two_lines(monkeypatch):
+    import raypipe.critic.dataset
+    from raypipe.demo import _label
+
+    monkeypatch.setattr(raypipe.critic.dataset, "run_label", lambda cfg: json.loads(json.dumps(LABEL_STATS)))
+    stats = _label(None)
+    assert stats["aspects"]["is_rel"] == {"train": 450, "dev": 50, "failed": 0,
+                                          "labels": {"[Relevant]": 167, "[Irrelevant]": 333}}
+    rows = _rows_at_80_columns("critic data set:", stats)
+    assert all(rows[f"aspects.{a}"] <= 2 for a in LABEL_STATS["aspects"])
+    assert rows["aspects.is_rel"] < _rows_at_80_columns("critic data set:", LABEL_STATS)["aspects.is_rel"]
+
+
+def test_the_demos_augmentation_table_names_a_collapsed_aspect_and_each_agreement(monkeypatch):
+    import raypipe.augment.pipeline
+    from raypipe.demo import _augment
+
+    check = {"teacher": "oracle", "collapsed": ["is_use"], "rows": 2363, "sample_rows": 200, "max_share": 0.95,
+             "aspects": {"is_rel": {"agreement": 0.8018, "collapsed": False},
+                         "is_use": {"agreement": 0.61, "collapsed": True}}}
+    monkeypatch.setattr(raypipe.augment.pipeline, "run_augment", lambda cfg: {"rows_written": 5, "collapse_check": check})
+    line = _augment(None)["collapse_check"]
+    assert line == "collapsed: is_use; D_gen agrees with the oracle teacher on 200 rows: is_rel 80%, is_use 61%"
+
+
+def test_the_demos_eval_table_leaves_out_what_the_closing_tables_and_warnings_show(monkeypatch):
+    import raypipe.eval.runner
+    from raypipe.demo import EVAL_SHOWN_ELSEWHERE, _evaluate
+
+    stats = {"out_dir": "runs/demo/eval", "accuracy": {"adaptive": 0.5}, "retrieval_frequency": {"adaptive": 1.0},
+             "CRAG's corrective step (all sets)": {"crag": "correct 79"},
+             "one answer or verdict for (nearly) every item": ["rag answers 'false' to 100%"],
+             "critique vs look-alikes": {"adaptive": "IsRel gold > look-alike 135/182 pairs (74%)"}, "seconds": 1.0}
+    runner_source = inspect.getsource(raypipe.eval.runner)
+    assert all(f'"{name}"' in runner_source for name in EVAL_SHOWN_ELSEWHERE)  # names the runner writes
+    monkeypatch.setattr(raypipe.eval.runner, "run_eval", lambda cfg: stats)
+    assert list(_evaluate(None)) == ["out_dir", "critique vs look-alikes", "seconds"]

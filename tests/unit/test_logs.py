@@ -10,7 +10,7 @@ import warnings
 import pytest
 
 import raypipe.logs
-from raypipe.logs import NOISY_LOGGERS, setup_logging
+from raypipe.logs import NOISY_LOGGERS, setup_logging, tables_only
 
 
 @pytest.fixture
@@ -19,7 +19,7 @@ def restore_logging(monkeypatch):
     monkeypatch.setattr(raypipe.logs, "_quiet", raypipe.logs._quiet)
     monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     root = logging.getLogger()
-    saved = (root.level, root.handlers[:], {name: logging.getLogger(name).level for name in [*NOISY_LOGGERS, "raypipe"]})
+    saved = (root.level, root.handlers[:], {name: logging.getLogger(name).level for name in [*NOISY_LOGGERS, "raypipe", "raypipe.progress"]})
     with warnings.catch_warnings():
         yield
     root.setLevel(saved[0])
@@ -46,6 +46,18 @@ def test_verbose_keeps_everything(restore_logging):
     setup_logging(verbose=True)
     assert logging.getLogger("raypipe").level == logging.DEBUG
     assert logging.getLogger("some.library").getEffectiveLevel() == logging.INFO
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_the_demo_keeps_our_warnings_and_drops_our_info_lines_unless_verbose(restore_logging, capsys, verbose):
+    setup_logging(verbose=verbose)
+    tables_only()
+    logging.getLogger("raypipe.data.world").info("wrote runs/demo/world in 0.3 s")
+    logging.getLogger("raypipe.augment.collapse").warning("IsRel collapsed")
+    logging.getLogger("raypipe.progress").info("eval pass 1 of 1: 900 of 1800 (50%)")
+    err = capsys.readouterr().err
+    assert ("wrote runs/demo/world" in err) is verbose
+    assert "IsRel collapsed" in err and "900 of 1800" in err
 
 
 def _stderr_of(code: str) -> str:
