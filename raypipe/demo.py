@@ -78,17 +78,17 @@ def _label(cfg: RaypipeConfig) -> dict[str, Any]:
 
 
 def _augment(cfg: RaypipeConfig) -> dict[str, Any]:
-    """`raypipe augment`, its collapse check as one line: whether a reflection group collapsed, and
+    """`raypipe augment`, its collapse check in two short rows: which reflection groups collapsed, and
     each aspect's agreement between D_gen's labels and the teacher's on the relabelled sample."""
     from raypipe.augment.pipeline import run_augment
 
     stats = run_augment(cfg)
     check = stats.get("collapse_check")
     if isinstance(check, dict) and "aspects" in check:
-        agreement = ", ".join(f"{name} {100 * a['agreement']:.0f}%" for name, a in check["aspects"].items()
-                              if a.get("agreement") is not None)
-        stats["collapse_check"] = (f"collapsed: {', '.join(check['collapsed']) or 'none'}; D_gen agrees with the "
-                                   f"{check['teacher']} teacher on {check['sample_rows']} rows: {agreement}")
+        stats["collapse_check"] = (f"collapsed: {', '.join(check['collapsed']) or 'none'} ({check['teacher']} "
+                                   f"teacher, {check['sample_rows']} rows relabelled)")
+        stats["D_gen vs teacher"] = ", ".join(f"{name} {100 * a['agreement']:.0f}%" for name, a in check["aspects"].items()
+                                              if a.get("agreement") is not None)
     return stats
 
 

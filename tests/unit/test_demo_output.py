@@ -181,8 +181,11 @@ def test_the_demos_augmentation_table_names_a_collapsed_aspect_and_each_agreemen
              "aspects": {"is_rel": {"agreement": 0.8018, "collapsed": False},
                          "is_use": {"agreement": 0.61, "collapsed": True}}}
     monkeypatch.setattr(raypipe.augment.pipeline, "run_augment", lambda cfg: {"rows_written": 5, "collapse_check": check})
-    line = _augment(None)["collapse_check"]
-    assert line == "collapsed: is_use; D_gen agrees with the oracle teacher on 200 rows: is_rel 80%, is_use 61%"
+    stats = _augment(None)
+    assert stats["collapse_check"] == "collapsed: is_use (oracle teacher, 200 rows relabelled)"
+    assert stats["D_gen vs teacher"] == "is_rel 80%, is_use 61%"
+    rows = _rows_at_80_columns("corpus augmentation:", stats)
+    assert rows["collapse_check"] == 1 and rows["D_gen"] == 1
 
 
 def test_the_demos_eval_table_leaves_out_what_the_closing_tables_and_warnings_show(monkeypatch):
