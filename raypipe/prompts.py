@@ -79,6 +79,11 @@ SELFRAG_PROMPT = GeneratorPrompt()
 # --- aspects -------------------------------------------------------------------------------------
 
 
+def task_input(instruction: str, input: str = "") -> str:
+    """The task input x as one retrieval query: the instruction, then the input when there is one."""
+    return f"{instruction}\n{input}" if input else instruction
+
+
 def format_choices(question: str, choices: dict[str, str]) -> str:
     """A multiple-choice input: the question, then one "A: text" line per option (ARC/OBQA style)."""
     return question + "\n" + "\n".join(f"{key}: {text}" for key, text in choices.items())

@@ -17,7 +17,7 @@ import numpy as np
 
 from raypipe import tokens as T
 from raypipe.augment.state import InstanceState, SegmentState, seeded_uniform
-from raypipe.prompts import Aspect, CriticExample
+from raypipe.prompts import Aspect, CriticExample, task_input
 from raypipe.retrieval.types import Passage, Searcher
 
 Batch = dict[str, np.ndarray]
@@ -45,9 +45,7 @@ def store_states(batch: Batch, states: Sequence[InstanceState]) -> Batch:
 
 
 def _x(batch: Batch, i: int) -> str:
-    """The task input x: instruction plus input, as one query string."""
-    instruction, inp = str(batch["instruction"][i]), str(batch["input"][i])
-    return f"{instruction}\n{inp}" if inp else instruction
+    return task_input(str(batch["instruction"][i]), str(batch["input"][i]))
 
 
 def _argmax(probs: dict[str, float]) -> str:

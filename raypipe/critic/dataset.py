@@ -38,7 +38,7 @@ from raypipe.data.io import read_records, write_jsonl, write_parquet
 from raypipe.data.segment import Segmenter
 from raypipe.data.stable_random import stable_uniforms
 from raypipe.errors import RaypipeError
-from raypipe.prompts import Aspect, CriticExample, critic_prompt
+from raypipe.prompts import Aspect, CriticExample, critic_prompt, task_input
 from raypipe.settings.teachers import LabelConfig
 
 logger = logging.getLogger(__name__)
@@ -116,6 +116,18 @@ def _label_all(teacher: Teacher, sample: SampleResult, cfg: LabelConfig
     return rows, per_aspect
 
 
+def retrieved_neighbours(cfg: RaypipeConfig, instances: pa.Table, index: PassageIndex) -> dict[int, list[int]]:
+    """Each instance's top `label.retrieved_evidence_k` passages from the configured index, as rows of
+    `index` (a hit the labelled corpus lacks is left out). The query is augmentation's first one, the
+    task input then the output, so the critic is taught on the neighbours it will judge there."""
+    from raypipe.retrieval.retriever import load_retriever
+
+    rows = instances.select(["instruction", "input", "output"]).to_pylist()
+    queries = [f"{task_input(r['instruction'], r['input'])}\n{r['output']}" for r in rows]
+    hits = load_retriever(cfg.retrieval).search(queries, cfg.label.retrieved_evidence_k)
+    return {i: [index.row_of[p.id] for p in found if p.id in index.row_of] for i, found in enumerate(hits)}
+
+
 def run_label(cfg: RaypipeConfig) -> dict[str, Any]:
     """Label a sample with the configured teacher and write D_critic; returns the stats."""
     lc = cfg.label
@@ -133,7 +145,9 @@ def run_label(cfg: RaypipeConfig) -> dict[str, Any]:
     if instances.num_rows == 0 or passages.num_rows == 0:
         raise RaypipeError(f"nothing to label: {instances.num_rows} valid instances in {lc.instances}, "
                            f"{passages.num_rows} valid passages in {lc.passages}")
-    sample = RequestSampler(instances, PassageIndex(passages), lc, Segmenter(cfg.segmentation)).sample_all()
+    index = PassageIndex(passages)
+    neighbours = retrieved_neighbours(cfg, instances, index) if lc.retrieved_evidence_k else None
+    sample = RequestSampler(instances, index, lc, Segmenter(cfg.segmentation), neighbours).sample_all()
     if sample.rejects:
         write_jsonl(sample.rejects, out / "rejects" / "sampling.rejects.jsonl")
     teacher = make_teacher(lc.teacher, out)

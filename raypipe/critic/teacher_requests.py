@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,14 +95,15 @@ class _EvidencePicker:
         return None
 
     def pick(self, rng: np.random.Generator, positives: list[str], exclude: set[str],
-             reference_titles: list[str]) -> tuple[str, str] | None:
-        """(passage id, kind), or None when the corpus has nothing but positives."""
+             reference_titles: list[str], retrieved: Sequence[int] = ()) -> tuple[str, str] | None:
+        """(passage id, kind), or None when the corpus has nothing but positives. `retrieved`: the
+        instance's nearest passages (rows of the index), a pool of their own when given."""
         if positives and rng.random() < self.gt_fraction:
             return positives[int(rng.integers(len(positives)))], "ground_truth"
         same = {i for t in reference_titles for i in self.index.by_title.get(t, ())}
         similar = {i for t in reference_titles for i in self.index.by_name.get(name_key(t), ())} - same
         pools = [(kind, sorted(i for i in rows if self.index.ids[i] not in exclude))
-                 for kind, rows in (("same_title", same), ("similar_title", similar))]
+                 for kind, rows in (("same_title", same), ("similar_title", similar), ("retrieved", set(retrieved)))]
         pools = [(kind, rows) for kind, rows in pools if rows] + [("random", [])]
         kind, rows = pools[int(rng.integers(len(pools)))]
         if rows:
@@ -113,8 +115,11 @@ class _EvidencePicker:
 class RequestSampler:
     """Builds the per-aspect samples of LabelRequests from instances (INSTANCE_SCHEMA rows)."""
 
-    def __init__(self, instances: pa.Table, passages: PassageIndex, cfg: LabelConfig, segmenter: Segmenter):
+    def __init__(self, instances: pa.Table, passages: PassageIndex, cfg: LabelConfig, segmenter: Segmenter,
+                 neighbours: dict[int, list[int]] | None = None):
         self.rows = instances.to_pylist()
+        #: instance row -> its nearest passages (rows of `passages`), the `retrieved` evidence kind
+        self.neighbours = neighbours or {}
         self.passages, self.cfg, self.segmenter = passages, cfg, segmenter
         self.picker = _EvidencePicker(passages, cfg.gt_evidence_fraction)
         self._sentences: dict[int, list[str] | None] = {}
@@ -182,7 +187,7 @@ class RequestSampler:
         titles = [self.passages.titles[self.passages.row_of[p]] for p in positives]
         if meta.get("entity"):
             titles.append(meta["entity"])
-        picked = self.picker.pick(rng, positives, exclude, titles)
+        picked = self.picker.pick(rng, positives, exclude, titles, self.neighbours.get(i, ()))
         if picked is None:
             self._reject(row, aspect, "no_negative_passage", "every passage in the corpus is a positive")
             return None

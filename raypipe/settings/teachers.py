@@ -61,6 +61,11 @@ class LabelConfig(Section):
     #: share of evidence passages (retrieve, is_rel, is_sup) drawn from the instance's ground-truth
     #: passages; the rest are same-entity, similar-title or random passages, so labels are mixed
     gt_evidence_fraction: float = Field(0.5, ge=0.0, le=1.0)
+    #: when > 0, each instance's top k passages from the configured index (instruction, input and
+    #: output as the query, as augmentation's first retrieval) join those pools as a fourth kind,
+    #: `retrieved`: the near neighbours the critic will judge in augmentation, where random passages
+    #: are easy negatives (ours; needs the passage index). 0 = off
+    retrieved_evidence_k: int = Field(0, ge=0)
     #: share of the instances (a seeded draw on their id) whose examples go to dev/, which the agreement
     #: report reads
     dev_fraction: float = Field(0.1, ge=0.0, lt=1.0)

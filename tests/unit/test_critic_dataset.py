@@ -206,3 +206,45 @@ def test_missing_ground_truth_for_the_oracle_names_the_row_and_field(tmp_path):
         run_label(_cfg(world, tmp_path / "out"))
     assert err.value.row_id == "no-utility" and err.value.field == "meta.utility"
     assert not (tmp_path / "out" / "_SUCCESS").exists()
+
+
+class _StubRetriever:
+    """Every query's nearest passages are the same two (unrelated) ones; records what it was asked."""
+
+    def __init__(self, hits: list[str]):
+        from raypipe.retrieval.types import Passage
+
+        self.hits = [Passage(id=pid, title="t", text="x", score=1.0) for pid in hits]
+        self.asked: list[tuple[list[str], int]] = []
+
+    def search(self, queries: list[str], k: int):
+        self.asked.append((queries, k))
+        return [self.hits[:k] for _ in queries]
+
+
+def test_retrieved_evidence_draws_negatives_from_each_instances_neighbours(world_dir, tmp_path, monkeypatch):
+    import raypipe.retrieval.retriever
+
+    passages = _world(world_dir, "passages")
+    instances = _world(world_dir, "instances")
+    neighbours = sorted(passages)[:2]
+    stub = _StubRetriever(neighbours)
+    monkeypatch.setattr(raypipe.retrieval.retriever, "load_retriever", lambda cfg: stub)
+    label = {"aspect_sizes": {"retrieve_input": 0, "is_use": 0, "retrieve": 0, "is_sup": 0}, "per_aspect": 120,
+             "gt_evidence_fraction": 0.0}
+    stats = run_label(_cfg(world_dir, tmp_path / "with", retrieved_evidence_k=2, **label))
+    (queries, k), = stub.asked
+    assert k == 2 and len(queries) == len(instances)
+    first = next(iter(instances.values()))
+    expected = "\n".join(x for x in (first["instruction"], first["input"], first["output"]) if x)
+    assert expected in queries
+    kinds = stats["aspects"]["is_rel"]["evidence"]
+    used = [r for split in ("train", "dev") for r in _rows(tmp_path / "with", split)
+            if r["aspect"] == "is_rel" and r["id"].rsplit("|", 1)[1] in neighbours]
+    assert kinds.get("retrieved", 0) > 10 and len(used) >= kinds["retrieved"]
+    # without it, the same two passages are only the random pool's rare draws
+    off = run_label(_cfg(world_dir, tmp_path / "without", **label))
+    assert "retrieved" not in off["aspects"]["is_rel"]["evidence"]
+    rare = [r for split in ("train", "dev") for r in _rows(tmp_path / "without", split)
+            if r["aspect"] == "is_rel" and r["id"].rsplit("|", 1)[1] in neighbours]
+    assert len(rare) < kinds["retrieved"] / 4
