@@ -81,7 +81,7 @@ def reapply() -> None:
 def tables_only() -> None:
     """`raypipe demo`: raise `raypipe`'s own INFO lines to WARNING when the process asked for quiet.
     Each demo stage ends with a table of what it made, so its INFO lines ("wrote runs/demo/world in
-    0.3 s", "index runs/demo/index: 1531 passages") said it twice, ~40 of the demo's lines; warnings,
+    0.3 s", "index runs/demo/index: 1531 passages") said it twice, 21 of the demo's lines; warnings,
     the collapse check's included, still show, and so do the progress lines of a long stage where
     stderr is not a terminal (`raypipe.progress`, one per tenth); -v keeps everything."""
     if _quiet:
