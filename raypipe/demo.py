@@ -3,7 +3,8 @@
 Each stage is an ordinary job function run in order on one config, with a short "show" step that
 prints what the stage made (a few retrievals, the critic's agreement table, augmented outputs, the
 eval table, served answers). Finished stages are skipped on a rerun (their outputs carry `_SUCCESS`
-markers), so `make demo` is idempotent. Sized to finish on a 2-core laptop in under 20 minutes.
+markers), so `make demo` is idempotent. Sized for a 2-core laptop: about an hour there,
+most of it the two trainings (docs/results/demo.md).
 
 The terminal gets one compact table per stage (nested stats folded into one row per top-level key;
 the full stats are in each stage's output folder), progress bars on a terminal (Ray Data's own; a
