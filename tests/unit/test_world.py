@@ -11,12 +11,14 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from raypipe.config import load_config
 from raypipe.data import world_vocab as vocab
 from raypipe.data.schemas import INSTANCE_SCHEMA, PASSAGE_SCHEMA
 from raypipe.data.world import synthesize
+from raypipe.data.world_tasks import check_mix
 from raypipe.errors import ConfigError
 from raypipe.methods.closed_set import choice_options, match_option
-from raypipe.settings.data import WorldConfig
+from raypipe.settings.data import MIX_PRESETS, WorldConfig
 
 SMALL = dict(instances=600, seed=11, heldout_fraction=0.2, web_only_fraction=0.5, eval_instances=60,
              shard_size=250)
@@ -262,6 +264,14 @@ def test_a_world_written_with_another_web_corpus_is_refused_not_reused(tmp_path)
     (tmp_path / "world.json").write_text(json.dumps(stats))
     with pytest.raises(ConfigError, match="older raypipe; delete that folder"):
         synthesize(cfg)
+
+
+def test_a_named_mix_is_its_weights_and_an_unknown_name_names_the_key():
+    assert load_config(overrides=["world.mix=knowledge_heavy"]).world.mix == MIX_PRESETS["knowledge_heavy"]
+    for weights in MIX_PRESETS.values():
+        check_mix(weights)  # every named mix weighs datasets the world can write
+    with pytest.raises(ConfigError, match=r"world\.mix: .*unknown mix 'trivia'; named mixes: table3, knowledge_heavy"):
+        load_config(overrides=["world.mix=trivia"])
 
 
 def test_bad_config_is_a_clear_error(tmp_path):
