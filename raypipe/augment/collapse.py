@@ -273,12 +273,12 @@ def announce(report: dict[str, Any], cfg: CollapseCheckConfig, teacher_kind: str
 
 
 def read_dgen(data_dir: Path) -> Iterator[DGenRow]:
-    """The written rows of D_gen, up-sampled and contrast copies left out (they repeat their source
-    row's judgements)."""
+    """The written rows of D_gen, up-sampled, contrast and unsupported copies left out (they repeat
+    their source row's judgements)."""
     for path in sorted(data_dir.glob("*.parquet")):
         for batch in pq.ParquetFile(path).iter_batches(columns=_ROW_COLUMNS):
             for r in batch.to_pylist():
-                if "#up" not in r["id"] and "#contrast" not in r["id"]:
+                if not any(copy in r["id"] for copy in ("#up", "#contrast", "#unsupported")):
                     yield DGenRow(r["id"], r["instruction"], r["input"], InstanceState.from_json(r["state"]))
 
 

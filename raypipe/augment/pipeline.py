@@ -283,6 +283,9 @@ class ShardWriter:
             if state.contrast:
                 outputs.append((f"{rid}#contrast", stages.render_contrast(state)))
                 counts["contrast_rows"] += 1
+            if state.unsupported:
+                outputs.append((f"{rid}#unsupported", stages.render_unsupported(state)))
+                counts["unsupported_rows"] += 1
             for out_id, output in outputs:
                 kept.append({
                     "id": out_id, "instruction": row["instruction"], "input": row["input"], "output": output,
@@ -324,8 +327,9 @@ def _shard_stats(out_dir: Path) -> dict[str, Any]:
             if "#up" in rid:
                 by_dataset[ds]["upsampled"] += 1
                 continue
-            if "#contrast" in rid:  # its tokens are D_gen's: the [Irrelevant] it teaches is the point
-                by_dataset[ds]["contrast"] += 1
+            copy = next((kind for kind in ("contrast", "unsupported") if f"#{kind}" in rid), None)
+            if copy:  # its tokens are D_gen's: the [Irrelevant] or [No support] it teaches is the point
+                by_dataset[ds][copy] += 1
                 token_counts.update(T.parse(out).tokens())
                 continue
             by_dataset[ds]["rows"] += 1
@@ -344,6 +348,7 @@ def _shard_stats(out_dir: Path) -> dict[str, Any]:
         "rows_per_dataset": {ds: c["rows"] for ds, c in sorted(by_dataset.items())},
         "upsampled_rows": sum(c["upsampled"] for c in by_dataset.values()),
         "contrast_rows": sum(c["contrast"] for c in by_dataset.values()),
+        "unsupported_rows": sum(c["unsupported"] for c in by_dataset.values()),
         "token_distribution": dict(sorted(token_counts.items())),
         "rejects": dict(rejects),
     }

@@ -3,7 +3,8 @@
 The paper drops 50% of the instances without any retrieval token (instruction-following sets are full
 of queries that need none) and up-samples QA instances that carry [Irrelevant], so that
 [Relevant]/[Fully supported] do not dominate. Ours beside it: a contrast copy of a QA row that reads
-a passage the critic rejected (`contrast_irrelevant_qa`). Every draw is seeded by the row id and recorded in the
+a passage the critic rejected (`contrast_irrelevant_qa`), and a copy of any row that reads a relevant
+passage which does not support its segment (`contrast_unsupported`). Every draw is seeded by the row id and recorded in the
 row's state, so a rerun makes the same choices.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 import math
 
 from raypipe import tokens as T
-from raypipe.augment.stages import contrast_segment
+from raypipe.augment.stages import contrast_segment, unsupported_segment
 from raypipe.augment.state import InstanceState, seeded_uniform
 from raypipe.settings.augment import SamplingConfig
 
@@ -33,3 +34,7 @@ def apply_sampling(state: InstanceState, row_id: str, dataset: str, augmented: s
         u = seeded_uniform(cfg.seed, row_id, "contrast")
         state.random_draws["contrast"] = u
         state.contrast = u < cfg.contrast_irrelevant_qa
+    if state.keep and cfg.contrast_unsupported > 0 and unsupported_segment(state) is not None:
+        u = seeded_uniform(cfg.seed, row_id, "unsupported")
+        state.random_draws["unsupported"] = u
+        state.unsupported = u < cfg.contrast_unsupported

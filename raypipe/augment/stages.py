@@ -273,19 +273,38 @@ def judge_utility(batch: Batch, critic: Critic) -> Batch:
 # --- the augmented output ------------------------------------------------------------------------
 
 
-def contrast_segment(state: InstanceState) -> tuple[int, int] | None:
-    """(segment, passage) of a row's contrast copy: the first segment that inserts a [Relevant]
-    passage and was offered one the critic judged [Irrelevant]; of those, the best-scored, which is
+def _copy_segment(state: InstanceState, offered: Callable[[str, str | None], bool]) -> tuple[int, int] | None:
+    """(segment, passage) of a row's copy: the first segment that inserts a [Relevant] passage and
+    was offered another whose (IsRel, IsSup) labels are `offered`; of those, the best-scored, which is
     the most confusable (a namesake's passage ranks high because it shares the name)."""
     if not state.retrieve:
         return None
     for t, seg in enumerate(state.segments):
         if seg.decision != T.RETRIEVAL or seg.chosen is None or seg.is_rel[seg.chosen] != T.RELEVANT:
             continue
-        rejected = [j for j, label in enumerate(seg.is_rel) if label == T.IRRELEVANT and j != seg.chosen]
-        if rejected:
-            return t, max(rejected, key=lambda j: seg.passages[j].score)
+        others = [j for j, (rel, sup) in enumerate(zip(seg.is_rel, seg.is_sup, strict=True))
+                  if j != seg.chosen and offered(rel, sup)]
+        if others:
+            return t, max(others, key=lambda j: seg.passages[j].score)
     return None
+
+
+def contrast_segment(state: InstanceState) -> tuple[int, int] | None:
+    """Where a row's contrast copy swaps passages: beside a chosen [Relevant] one, a rejected one."""
+    return _copy_segment(state, lambda rel, _sup: rel == T.IRRELEVANT)
+
+
+def unsupported_segment(state: InstanceState) -> tuple[int, int] | None:
+    """Where a row's unsupported copy swaps passages: beside a chosen [Relevant] one, another judged
+    [Relevant] that does not support the segment (the subject's passage stating another fact)."""
+    return _copy_segment(state, lambda rel, sup: rel == T.RELEVANT and sup == T.NO_SUPPORT)
+
+
+def _render_swapped(state: InstanceState, where: tuple[int, int]) -> str:
+    t, j = where
+    segments = [replace(seg) for seg in state.segments]
+    segments[t] = replace(segments[t], chosen=j)
+    return render(replace(state, segments=segments))
 
 
 def render_contrast(state: InstanceState) -> str:
@@ -295,10 +314,19 @@ def render_contrast(state: InstanceState) -> str:
     where = contrast_segment(state)
     if where is None:
         raise ValueError("render_contrast: the row offers no rejected passage beside a chosen relevant one")
-    t, j = where
-    segments = [replace(seg) for seg in state.segments]
-    segments[t] = replace(segments[t], chosen=j)
-    return render(replace(state, segments=segments))
+    return _render_swapped(state, where)
+
+
+def render_unsupported(state: InstanceState) -> str:
+    """The row once more, with `unsupported_segment`'s passage inserted ([Relevant], the same text,
+    then [No support / Contradictory]): the generator's IsSup has to read the passage against the
+    segment. App. A.2 prefers a supporting passage wherever there is one, so on a world whose outputs
+    restate its passages nearly every written IsSup is [Fully supported] and the generator learns a
+    constant (the demo of 2026-11-28: 35 of 2,417), which leaves Eq. 4's IsSup weight nothing to weigh."""
+    where = unsupported_segment(state)
+    if where is None:
+        raise ValueError("render_unsupported: the row offers no unsupporting relevant passage beside a chosen one")
+    return _render_swapped(state, where)
 
 
 def render(state: InstanceState) -> str:

@@ -45,6 +45,8 @@ class InstanceState:
     copies: int = 1
     #: also write the row with an [Irrelevant] passage in place of a chosen one (row_sampling.py)
     contrast: bool = False
+    #: also write the row with a [Relevant] but unsupporting passage in place of a chosen one
+    unsupported: bool = False
     random_draws: dict[str, float] = field(default_factory=dict)
 
     @property

@@ -303,12 +303,26 @@ def _options(world: World, fact: Fact, rng: random.Random) -> tuple[dict[str, st
     return dict(zip(LETTERS, values, strict=True)), LETTERS[values.index(fact.value)]
 
 
+def _verdict(fact: Fact, label: str) -> str:
+    """A verdict written after the fact it rests on: "Ada Quill was born in 1901, so the statement is
+    false."
+
+    Ours (FEVER's outputs are the bare label): generators trained on "true" / "false" alone leaned one
+    way whatever the passage said (the probability of "true" separated true from false claims with an
+    AUC of 0.53 to 0.60 over four demo runs). Restating the passage's value first is the copying these
+    generators do well (held-out QA 64%); the verdict then compares two values both in view, as the
+    multiple-choice answers write the choice's text before its letter. The eval reads the first
+    "true" or "false" in the answer (App. B.2's string matching); fact values never contain either.
+    """
+    return f"{fact.statement().removesuffix('.')}, so the statement is {label}."
+
+
 def fact_verification(world: World, rng: random.Random, imperfect: bool) -> Draft:
     s = training_subject(world, rng)
     fact = rng.choice(s.facts)
     claim, label = _claim(world, fact, rng)
     # the passage stating the true value supports the verdict whether the claim is true or not
-    return _about(s, [_grounded(label, [fact.value], _full(fact.passages))], list(fact.passages),
+    return _about(s, [_grounded(_verdict(fact, label), [fact.value], _full(fact.passages))], list(fact.passages),
                   instruction=FACT_INSTRUCTION, input=claim, utility=5, extras={"label": label})
 
 

@@ -137,11 +137,11 @@ def test_the_rule():
 
 
 def test_the_job_reads_the_shards_and_the_instances_meta(tmp_path):
-    """`run_collapse_check` over written files: D_gen shards (up-sampled copies left out) and the
-    instance shards that hold the oracle's ground truth."""
+    """`run_collapse_check` over written files: D_gen shards (up-sampled, contrast and unsupported
+    copies left out) and the instance shards that hold the oracle's ground truth."""
     rows = _rows(healthy=False)
     dgen = [{"id": r.id, "instruction": r.instruction, "input": r.input, "state": r.state.to_json()} for r in rows]
-    dgen.append({**dgen[0], "id": f"{rows[0].id}#up1"})
+    dgen += [{**dgen[0], "id": f"{rows[0].id}{copy}"} for copy in ("#up1", "#contrast", "#unsupported")]
     write_parquet(pa.Table.from_pylist(dgen), tmp_path / "gen" / "data" / "part-0.parquet")
     instances = [{"id": r.id, "meta": json.dumps(r.meta)} for r in rows]
     write_parquet(pa.Table.from_pylist(instances), tmp_path / "instances.parquet")

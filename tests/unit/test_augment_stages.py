@@ -254,6 +254,58 @@ def test_no_contrast_copy_without_a_rejected_passage_beside_a_relevant_choice():
         stages.render_contrast(state)
 
 
+def test_unsupported_copy_reads_the_subjects_other_passage_and_says_no_support():
+    # the 2nd sentence's retrieval offers the birth passage (about the subject: [Relevant], but it does
+    # not say who wrote Red Harbor) above the work's passage, which is chosen as the supporting one
+    output = "Ada Quill was born in 1901. She wrote Red Harbor. She liked tea."
+    batch = make_batch([{"id": "b", "instruction": "Tell me a bio about Ada Quill.", "output": output}])
+    table = {**RETRIEVER_TABLE, "She wrote Red Harbor.": [BIO_BORN, BIO_WORK]}
+    outputs, batch = run_all(batch, ScriptedCritic(bio_rule), ScriptedRetriever(table))
+    state = InstanceState.from_json(batch["state"][0])
+    assert stages.contrast_segment(state) is None  # nothing was rejected
+    assert stages.unsupported_segment(state) == (1, 0)
+    expected = (
+        "[Retrieval]<paragraph>Ada Quill\nAda Quill was born in 1901 in Lowmere.</paragraph>"
+        "[Relevant]Ada Quill was born in 1901.[Fully supported] "
+        "[Retrieval]<paragraph>Ada Quill\nAda Quill was born in 1901 in Lowmere.</paragraph>"
+        "[Relevant]She wrote Red Harbor.[No support / Contradictory] "
+        "[No Retrieval]She liked tea.[Utility:4]"
+    )
+    assert stages.render_unsupported(state) == expected
+    assert T.strip_reflection(expected) == output
+    assert "[Partially supported]" in outputs[0]  # the row itself keeps the supporting passage
+
+
+def test_no_unsupported_copy_where_every_other_passage_is_rejected():
+    output = "Ada Quill was born in 1901. She wrote Red Harbor. She liked tea."
+    batch = make_batch([{"id": "b", "instruction": "Tell me a bio about Ada Quill.", "output": output}])
+    _, batch = run_all(batch, ScriptedCritic(bio_rule), ScriptedRetriever(RETRIEVER_TABLE))
+    state = InstanceState.from_json(batch["state"][0])
+    assert stages.unsupported_segment(state) is None  # the namesake is [Irrelevant]: no IsSup to teach
+    with pytest.raises(ValueError, match="no unsupporting relevant passage"):
+        stages.render_unsupported(state)
+    cfg = SamplingConfig(drop_no_retrieval=0.0, contrast_unsupported=1.0)
+    apply_sampling(state, "b", "bio", stages.render(state), cfg)
+    assert not state.unsupported
+
+
+def test_sampling_marks_unsupported_copies_in_any_dataset_at_the_configured_share():
+    output = "Ada Quill was born in 1901. She wrote Red Harbor. She liked tea."
+    batch = make_batch([{"id": "b", "instruction": "Tell me a bio about Ada Quill.", "output": output}])
+    table = {**RETRIEVER_TABLE, "She wrote Red Harbor.": [BIO_BORN, BIO_WORK]}
+    rendered, batch = run_all(batch, ScriptedCritic(bio_rule), ScriptedRetriever(table))
+    shares = []
+    for share in (0.0, 0.25):
+        cfg = SamplingConfig(drop_no_retrieval=0.0, contrast_unsupported=share)
+        hits = 0
+        for i in range(2000):
+            state = InstanceState.from_json(batch["state"][0])
+            apply_sampling(state, f"row{i}", "bio", rendered[0], cfg)
+            hits += state.unsupported
+        shares.append(hits / 2000)
+    assert shares[0] == 0.0 and 0.2 < shares[1] < 0.3
+
+
 def test_sampling_marks_contrast_copies_for_qa_rows_at_the_configured_share():
     output = "Ada Quill was born in 1901. She wrote Red Harbor. She liked tea."
     batch = make_batch([{"id": "b", "instruction": "Tell me a bio about Ada Quill.", "output": output}])

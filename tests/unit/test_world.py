@@ -17,7 +17,7 @@ from raypipe.data.schemas import INSTANCE_SCHEMA, PASSAGE_SCHEMA
 from raypipe.data.world import synthesize
 from raypipe.data.world_tasks import check_mix
 from raypipe.errors import ConfigError
-from raypipe.methods.closed_set import choice_options, match_option
+from raypipe.methods.closed_set import choice_options, match_option, verdict_options
 from raypipe.settings.data import MIX_PRESETS, WorldConfig
 
 SMALL = dict(instances=600, seed=11, heldout_fraction=0.2, web_only_fraction=0.5, eval_instances=60,
@@ -159,7 +159,10 @@ def test_task_answers_match_ground_truth(instances, passages):
             assert meta["answer"] in r["output"]
             assert all(meta["answer"] in passages[p]["text"] for p in meta["relevant_passages"])
         elif r["dataset"] == "fact_verification":
-            assert r["output"] == meta["label"] in ("true", "false")
+            # the verdict rests on the true value, stated first; the eval's matcher reads the label
+            assert meta["label"] in ("true", "false")
+            assert match_option(r["output"], verdict_options()) == meta["label"]
+            assert r["output"].index(meta["sentences"][0]["facts"][0]) < r["output"].index(meta["label"])
             truth = meta["sentences"][0]["facts"][0]
             assert (truth in r["input"]) == (meta["label"] == "true"), r["id"]
         elif r["dataset"] == "multiple_choice":
