@@ -102,6 +102,24 @@ RETRIEVER_TABLE = {
 }
 
 
+BIO_OUTPUT = "Ada Quill was born in 1901. She wrote Red Harbor. She liked tea."
+
+
+def bio_row(table: dict[str, list[Passage]]) -> tuple[str, InstanceState]:
+    """The three-sentence biography augmented with `table`'s passages: its output and its state."""
+    batch = make_batch([{"id": "b", "instruction": "Tell me a bio about Ada Quill.", "output": BIO_OUTPUT}])
+    outputs, batch = run_all(batch, ScriptedCritic(bio_rule), ScriptedRetriever(table))
+    return outputs[0], InstanceState.from_json(batch["state"][0])
+
+
+def bio_with_second_passage(passage: str, critique: str) -> str:
+    """`BIO_OUTPUT` as Algorithm 3 writes it when its second sentence reads `passage`, judged `critique`."""
+    return ("[Retrieval]<paragraph>Ada Quill\nAda Quill was born in 1901 in Lowmere.</paragraph>"
+            "[Relevant]Ada Quill was born in 1901.[Fully supported] "
+            f"[Retrieval]<paragraph>{passage}</paragraph>{critique} "
+            "[No Retrieval]She liked tea.[Utility:4]")
+
+
 def test_no_retrieval_branch_gets_only_utility():
     batch = make_batch([{"id": "a", "instruction": "Write a poem about the sea.",
                          "output": "Waves roll in. The gulls cry."}])
@@ -204,22 +222,13 @@ def test_sampling_fractional_upsampling_rate():
 
 
 def test_contrast_copy_reads_the_rejected_namesake_where_the_row_read_the_chosen_passage():
-    output = "Ada Quill was born in 1901. She wrote Red Harbor. She liked tea."
-    batch = make_batch([{"id": "b", "instruction": "Tell me a bio about Ada Quill.", "output": output}])
-    outputs, batch = run_all(batch, ScriptedCritic(bio_rule), ScriptedRetriever(RETRIEVER_TABLE))
-    state = InstanceState.from_json(batch["state"][0])
+    output, state = bio_row(RETRIEVER_TABLE)
     # the 2nd sentence's retrieval offered the namesake (judged [Irrelevant]) beside the chosen passage
     assert stages.contrast_segment(state) == (1, 0)
-    expected = (
-        "[Retrieval]<paragraph>Ada Quill\nAda Quill was born in 1901 in Lowmere.</paragraph>"
-        "[Relevant]Ada Quill was born in 1901.[Fully supported] "
-        "[Retrieval]<paragraph>Ada Quell\nAda Quell was a sailor.</paragraph>"
-        "[Irrelevant]She wrote Red Harbor. "
-        "[No Retrieval]She liked tea.[Utility:4]"
-    )
+    expected = bio_with_second_passage("Ada Quell\nAda Quell was a sailor.", "[Irrelevant]She wrote Red Harbor.")
     assert stages.render_contrast(state) == expected
-    assert T.strip_reflection(expected) == output
-    assert stages.render(state) == outputs[0]  # the row itself is untouched
+    assert T.strip_reflection(expected) == BIO_OUTPUT
+    assert stages.render(state) == output  # the row itself is untouched
 
 
 def test_a_one_sentence_answer_continuing_the_first_evidence_is_offered_the_initial_top_k():
@@ -244,11 +253,7 @@ def test_a_one_sentence_answer_continuing_the_first_evidence_is_offered_the_init
 
 
 def test_no_contrast_copy_without_a_rejected_passage_beside_a_relevant_choice():
-    output = "Ada Quill was born in 1901. She wrote Red Harbor. She liked tea."
-    batch = make_batch([{"id": "b", "instruction": "Tell me a bio about Ada Quill.", "output": output}])
-    table = {**RETRIEVER_TABLE, "She wrote Red Harbor.": [BIO_WORK]}
-    _, batch = run_all(batch, ScriptedCritic(bio_rule), ScriptedRetriever(table))
-    state = InstanceState.from_json(batch["state"][0])
+    _, state = bio_row({**RETRIEVER_TABLE, "She wrote Red Harbor.": [BIO_WORK]})
     assert stages.contrast_segment(state) is None
     with pytest.raises(ValueError, match="no rejected passage"):
         stages.render_contrast(state)
@@ -257,30 +262,18 @@ def test_no_contrast_copy_without_a_rejected_passage_beside_a_relevant_choice():
 def test_unsupported_copy_reads_the_subjects_other_passage_and_says_no_support():
     # the 2nd sentence's retrieval offers the birth passage (about the subject: [Relevant], but it does
     # not say who wrote Red Harbor) above the work's passage, which is chosen as the supporting one
-    output = "Ada Quill was born in 1901. She wrote Red Harbor. She liked tea."
-    batch = make_batch([{"id": "b", "instruction": "Tell me a bio about Ada Quill.", "output": output}])
-    table = {**RETRIEVER_TABLE, "She wrote Red Harbor.": [BIO_BORN, BIO_WORK]}
-    outputs, batch = run_all(batch, ScriptedCritic(bio_rule), ScriptedRetriever(table))
-    state = InstanceState.from_json(batch["state"][0])
+    output, state = bio_row({**RETRIEVER_TABLE, "She wrote Red Harbor.": [BIO_BORN, BIO_WORK]})
     assert stages.contrast_segment(state) is None  # nothing was rejected
     assert stages.unsupported_segment(state) == (1, 0)
-    expected = (
-        "[Retrieval]<paragraph>Ada Quill\nAda Quill was born in 1901 in Lowmere.</paragraph>"
-        "[Relevant]Ada Quill was born in 1901.[Fully supported] "
-        "[Retrieval]<paragraph>Ada Quill\nAda Quill was born in 1901 in Lowmere.</paragraph>"
-        "[Relevant]She wrote Red Harbor.[No support / Contradictory] "
-        "[No Retrieval]She liked tea.[Utility:4]"
-    )
+    expected = bio_with_second_passage("Ada Quill\nAda Quill was born in 1901 in Lowmere.",
+                                       "[Relevant]She wrote Red Harbor.[No support / Contradictory]")
     assert stages.render_unsupported(state) == expected
-    assert T.strip_reflection(expected) == output
-    assert "[Partially supported]" in outputs[0]  # the row itself keeps the supporting passage
+    assert T.strip_reflection(expected) == BIO_OUTPUT
+    assert "[Partially supported]" in output  # the row itself keeps the supporting passage
 
 
 def test_no_unsupported_copy_where_every_other_passage_is_rejected():
-    output = "Ada Quill was born in 1901. She wrote Red Harbor. She liked tea."
-    batch = make_batch([{"id": "b", "instruction": "Tell me a bio about Ada Quill.", "output": output}])
-    _, batch = run_all(batch, ScriptedCritic(bio_rule), ScriptedRetriever(RETRIEVER_TABLE))
-    state = InstanceState.from_json(batch["state"][0])
+    _, state = bio_row(RETRIEVER_TABLE)
     assert stages.unsupported_segment(state) is None  # the namesake is [Irrelevant]: no IsSup to teach
     with pytest.raises(ValueError, match="no unsupporting relevant passage"):
         stages.render_unsupported(state)
@@ -290,34 +283,28 @@ def test_no_unsupported_copy_where_every_other_passage_is_rejected():
 
 
 def test_sampling_marks_unsupported_copies_in_any_dataset_at_the_configured_share():
-    output = "Ada Quill was born in 1901. She wrote Red Harbor. She liked tea."
-    batch = make_batch([{"id": "b", "instruction": "Tell me a bio about Ada Quill.", "output": output}])
-    table = {**RETRIEVER_TABLE, "She wrote Red Harbor.": [BIO_BORN, BIO_WORK]}
-    rendered, batch = run_all(batch, ScriptedCritic(bio_rule), ScriptedRetriever(table))
+    output, state = bio_row({**RETRIEVER_TABLE, "She wrote Red Harbor.": [BIO_BORN, BIO_WORK]})
     shares = []
     for share in (0.0, 0.25):
         cfg = SamplingConfig(drop_no_retrieval=0.0, contrast_unsupported=share)
         hits = 0
         for i in range(2000):
-            state = InstanceState.from_json(batch["state"][0])
-            apply_sampling(state, f"row{i}", "bio", rendered[0], cfg)
-            hits += state.unsupported
+            copy = InstanceState.from_json(state.to_json())
+            apply_sampling(copy, f"row{i}", "bio", output, cfg)
+            hits += copy.unsupported
         shares.append(hits / 2000)
     assert shares[0] == 0.0 and 0.2 < shares[1] < 0.3
 
 
 def test_sampling_marks_contrast_copies_for_qa_rows_at_the_configured_share():
-    output = "Ada Quill was born in 1901. She wrote Red Harbor. She liked tea."
-    batch = make_batch([{"id": "b", "instruction": "Tell me a bio about Ada Quill.", "output": output}])
-    rendered, batch = run_all(batch, ScriptedCritic(bio_rule), ScriptedRetriever(RETRIEVER_TABLE))
-    state_json = batch["state"][0]
+    output, row_state = bio_row(RETRIEVER_TABLE)
 
     def marked(dataset: str, share: float, n: int = 2000) -> float:
         cfg = SamplingConfig(drop_no_retrieval=0.0, contrast_irrelevant_qa=share, qa_datasets=["factual_qa"])
         hits = 0
         for i in range(n):
-            state = InstanceState.from_json(state_json)
-            apply_sampling(state, f"row{i}", dataset, rendered[0], cfg)
+            state = InstanceState.from_json(row_state.to_json())
+            apply_sampling(state, f"row{i}", dataset, output, cfg)
             hits += state.contrast
         return hits / n
 
