@@ -4,12 +4,16 @@ of reflection tokens, we randomly sample instances from the original training da
 Instance-level aspects (Retrieve from the input, IsUse) take one judgement per sampled instance; IsRel
 takes one evidence passage per instance (it judges the passage against the task, Table 1: x, d).
 Sentence-level aspects (Retrieve given evidence, IsSup) take one sentence of each sampled instance,
-the sentences before it as context, and one evidence passage. The fields are filled exactly as the
-augmentation stages fill them (`raypipe.augment.stages`), so the critic is trained on what it will see. The evidence is a mix, so
-the labels are not all one class: with probability `gt_evidence_fraction` a ground-truth passage of
-the instance (a supporting or relevant one), otherwise a hard or easy negative — another passage with
-the same title (the same entity, other facts), one with a similar name ("John Harlow" for "John
-Harlowe", the world's distractors), or a random passage.
+the sentences before it as context, and one evidence passage. An evidence aspect asked for more
+judgements than there are instances draws again from each (ours: the paper samples up to 20k of 150k
+instances per aspect; a small corpus needs the second draw instead).
+
+The fields are filled exactly as the augmentation stages fill them (`raypipe.augment.stages`), so the
+critic is trained on what it will see. The evidence is a mix, so the labels are not all one class:
+with probability `gt_evidence_fraction` a ground-truth passage of the instance (a supporting or
+relevant one), otherwise a hard or easy negative — another passage with the same title (the same
+entity, other facts), one with a similar name ("John Harlow" for "John Harlowe", the world's
+distractors), or a random passage; `evidence_weights` sets the odds of these kinds.
 
 Sentences come from the same `Segmenter` the augmentation uses, so the critic is trained on the
 segments it will later judge; when the instance meta lists its sentences (the synthetic world), the
@@ -21,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +35,7 @@ import pyarrow as pa
 from raypipe.critic.teachers import LabelRequest
 from raypipe.data.segment import Segmenter
 from raypipe.prompts import Aspect, CriticExample
-from raypipe.settings.teachers import LabelConfig
+from raypipe.settings.teachers import NEGATIVE_KINDS, LabelConfig
 from raypipe.tokens import passage_text
 
 logger = logging.getLogger(__name__)
@@ -84,8 +88,9 @@ class SampleResult:
 
 
 class _EvidencePicker:
-    def __init__(self, index: PassageIndex, gt_fraction: float):
+    def __init__(self, index: PassageIndex, gt_fraction: float, weights: Mapping[str, float]):
         self.index, self.gt_fraction = index, gt_fraction
+        self.weights = {kind: weights.get(kind, 1.0) for kind in NEGATIVE_KINDS}
 
     def _random(self, rng: np.random.Generator, exclude: set[str]) -> str | None:
         for _ in range(RANDOM_TRIES):
@@ -105,7 +110,10 @@ class _EvidencePicker:
         pools = [(kind, sorted(i for i in rows if self.index.ids[i] not in exclude))
                  for kind, rows in (("same_title", same), ("similar_title", similar), ("retrieved", set(retrieved)))]
         pools = [(kind, rows) for kind, rows in pools if rows] + [("random", [])]
-        kind, rows = pools[int(rng.integers(len(pools)))]
+        odds = np.array([self.weights[kind] for kind, _ in pools])
+        if odds.sum() == 0:  # only kinds weighted 0 are at hand: a random passage, as without weights
+            odds[-1] = 1.0
+        kind, rows = pools[int(rng.choice(len(pools), p=odds / odds.sum()))]
         if rows:
             return self.index.ids[rows[int(rng.integers(len(rows)))]], kind
         pid = self._random(rng, exclude)
@@ -121,7 +129,7 @@ class RequestSampler:
         #: instance row -> its nearest passages (rows of `passages`), the `retrieved` evidence kind
         self.neighbours = neighbours or {}
         self.passages, self.cfg, self.segmenter = passages, cfg, segmenter
-        self.picker = _EvidencePicker(passages, cfg.gt_evidence_fraction)
+        self.picker = _EvidencePicker(passages, cfg.gt_evidence_fraction, cfg.evidence_weights)
         self._sentences: dict[int, list[str] | None] = {}
         self.result = SampleResult()
 
@@ -168,7 +176,10 @@ class RequestSampler:
             return full, set(full)
         return sorted(support), set(support)
 
-    def _evidence_request(self, aspect: Aspect, i: int, rng: np.random.Generator) -> LabelRequest | None:
+    def _evidence_request(self, aspect: Aspect, i: int, rng: np.random.Generator, taken: set[str],
+                          first_pass: bool) -> LabelRequest | None:
+        """One evidence judgement of instance `i`, or None: no sentence, no negative passage, or a
+        judgement already in `taken` (a later pass drew the same sentence and passage again)."""
         row = self.rows[i]
         sentences: list[str] = []
         s = None
@@ -182,39 +193,55 @@ class RequestSampler:
         # The world's ground truth also names passages of the separate web corpus; only passages of
         # the configured corpus can be shown as evidence.
         outside = [p for p in positives if p not in self.passages.row_of]
-        self.result.outside_corpus[aspect.value] += len(outside)
         positives = [p for p in positives if p in self.passages.row_of]
         titles = [self.passages.titles[self.passages.row_of[p]] for p in positives]
         if meta.get("entity"):
             titles.append(meta["entity"])
         picked = self.picker.pick(rng, positives, exclude, titles, self.neighbours.get(i, ()))
         if picked is None:
-            self._reject(row, aspect, "no_negative_passage", "every passage in the corpus is a positive")
+            if first_pass:
+                self._reject(row, aspect, "no_negative_passage", "every passage in the corpus is a positive")
             return None
         passage_id, kind = picked
-        self.result.evidence_kinds[aspect.value][kind] += 1
         example = CriticExample(
             aspect, row["instruction"], input=row["input"], evidence=self.passages.evidence(passage_id),
             preceding="".join(sentences[:s]).strip() if s is not None else "",
             output=sentences[s].strip() if s is not None else "",
         )
-        return LabelRequest(aspect, example, row["id"], meta, sentence_idx=s, passage_id=passage_id)
+        request = LabelRequest(aspect, example, row["id"], meta, sentence_idx=s, passage_id=passage_id)
+        if request.id in taken:
+            return None
+        self.result.evidence_kinds[aspect.value][kind] += 1
+        if first_pass:
+            self.result.outside_corpus[aspect.value] += len(outside)
+        return request
 
     def sample(self, aspect: Aspect, aspect_index: int) -> list[LabelRequest]:
-        """Up to `size(aspect)` requests from distinct instances, in a seeded random order."""
+        """Up to `size(aspect)` requests, in a seeded random order of the instances. An instance-level
+        aspect takes each instance once. An evidence aspect asked for more requests than there are
+        instances goes over them again, drawing another sentence and passage for each (a draw it
+        already made is skipped), until it has enough or a pass adds nothing."""
         n = self.size(aspect)
         self.result.requested[aspect.value] = n
         rng = np.random.default_rng([self.cfg.seed, aspect_index])
         requests: list[LabelRequest] = []
-        for i in rng.permutation(len(self.rows)):
-            if len(requests) >= n:
+        taken: set[str] = set()
+        first_pass = True
+        while len(requests) < n:
+            before = len(requests)
+            for i in rng.permutation(len(self.rows)):
+                if len(requests) >= n:
+                    break
+                if aspect in EVIDENCE_ASPECTS:
+                    request = self._evidence_request(aspect, int(i), rng, taken, first_pass)
+                else:
+                    request = self._instance_request(aspect, int(i))
+                if request is not None:
+                    requests.append(request)
+                    taken.add(request.id)
+            first_pass = False
+            if len(requests) == before or aspect not in EVIDENCE_ASPECTS:
                 break
-            if aspect in EVIDENCE_ASPECTS:
-                request = self._evidence_request(aspect, int(i), rng)
-            else:
-                request = self._instance_request(aspect, int(i))
-            if request is not None:
-                requests.append(request)
         if len(requests) < n:
             logger.warning("%s: asked for %d examples, the instances yield %d", aspect.value, n, len(requests))
         return requests

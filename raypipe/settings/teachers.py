@@ -7,8 +7,12 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
+from raypipe.prompts import Aspect
 from raypipe.settings.base import Section
 from raypipe.settings.paths import default_path
+
+#: the kinds of negative evidence passage D_critic draws from (`raypipe.critic.teacher_requests`)
+NEGATIVE_KINDS = ("same_title", "similar_title", "retrieved", "random")
 
 
 class TeacherConfig(Section):
@@ -61,6 +65,11 @@ class LabelConfig(Section):
     #: share of evidence passages (retrieve, is_rel, is_sup) drawn from the instance's ground-truth
     #: passages; the rest are same-entity, similar-title or random passages, so labels are mixed
     gt_evidence_fraction: float = Field(0.5, ge=0.0, le=1.0)
+    #: relative odds of the negative evidence kinds (same_title, similar_title, retrieved, random)
+    #: where an instance has several; a kind not named weighs 1, so {} draws them uniformly. Weighting
+    #: same_title up teaches the critic that a passage about the right entity can still be off the
+    #: question (ours)
+    evidence_weights: dict[str, float] = {}
     #: when > 0, each instance's top k passages from the configured index (instruction, input and
     #: output as the query, as augmentation's first retrieval) join those pools as a fourth kind,
     #: `retrieved`: the near neighbours the critic will judge in augmentation, where random passages
@@ -73,6 +82,21 @@ class LabelConfig(Section):
     shard_size: int = Field(50_000, ge=1)
     #: seeds the sampling and the evidence drawn
     seed: int = 0
+
+    @field_validator("aspect_sizes", "evidence_weights")
+    @classmethod
+    def _known_keys(cls, value: dict[str, Any], info: Any) -> dict[str, Any]:
+        # a misspelt key would be ignored and leave the data set at its default size or mix
+        known = [a.value for a in Aspect] if info.field_name == "aspect_sizes" else list(NEGATIVE_KINDS)
+        unknown = sorted(set(value) - set(known))
+        if unknown:
+            raise ValueError(f"unknown key(s) {unknown}; the keys are {known}")
+        if any(v < 0 for v in value.values()):
+            raise ValueError(f"values must be >= 0, got {value}")
+        if info.field_name == "evidence_weights" and value and not any(
+                value.get(k, 1.0) > 0 for k in NEGATIVE_KINDS):
+            raise ValueError("at least one kind must weigh more than 0")
+        return value
 
 
 class QualityConfig(Section):

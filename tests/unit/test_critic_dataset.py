@@ -4,16 +4,19 @@ the world's ground truth, the instance-level train/dev split, stats, reruns and 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from pydantic import ValidationError
 
 from raypipe import tokens
 from raypipe.config import RaypipeConfig
 from raypipe.critic.dataset import read_split, run_label, split_examples
 from raypipe.errors import DataError
 from raypipe.prompts import ASPECT_LABELS, Aspect, critic_prompt
+from raypipe.settings.teachers import NEGATIVE_KINDS
 
 
 def _cfg(world: Path, out: Path, **label) -> RaypipeConfig:
@@ -158,6 +161,43 @@ def test_aspect_sizes_override_per_aspect(world_dir, tmp_path):
     stats = run_label(_cfg(world_dir, tmp_path, per_aspect=10, aspect_sizes={"is_use": 0, "is_rel": 25}))
     assert sorted(stats["aspects"]) == ["is_rel", "is_sup", "retrieve", "retrieve_input"]
     assert stats["aspects"]["is_rel"]["labeled"] == 25 and stats["aspects"]["is_sup"]["labeled"] == 10
+
+
+def test_an_evidence_aspect_asked_for_more_than_the_instances_takes_a_second_passage_from_each(world_dir, tmp_path):
+    n_instances = len(_world(world_dir, "instances"))
+    sizes = {"is_rel": 2 * n_instances, "is_use": 2 * n_instances, "retrieve_input": 0, "retrieve": 0, "is_sup": 0}
+    stats = run_label(_cfg(world_dir, tmp_path, aspect_sizes=sizes))
+    rows = _rows(tmp_path, "train") + _rows(tmp_path, "dev")
+    is_rel = [r for r in rows if r["aspect"] == "is_rel"]
+    per_instance = Counter(r["instance_id"] for r in is_rel)
+    assert len(is_rel) > 1.5 * n_instances and max(per_instance.values()) >= 2
+    assert len({r["id"] for r in is_rel}) == len(is_rel)              # never the same passage twice
+    assert sum(stats["aspects"]["is_rel"]["evidence"].values()) == len(is_rel)
+    # an instance-level judgement has nothing new to draw: one per instance
+    assert stats["aspects"]["is_use"]["labeled"] == n_instances
+
+
+def _is_rel_evidence(world_dir: Path, out: Path, **label) -> dict[str, int]:
+    sizes = {"retrieve_input": 0, "retrieve": 0, "is_sup": 0, "is_use": 0, "is_rel": 300}
+    stats = run_label(_cfg(world_dir, out, gt_evidence_fraction=0.0, aspect_sizes=sizes, **label))
+    return stats["aspects"]["is_rel"]["evidence"]
+
+
+def test_evidence_weights_set_the_odds_of_the_negative_kinds(world_dir, tmp_path):
+    uniform = _is_rel_evidence(world_dir, tmp_path / "uniform")
+    same = _is_rel_evidence(world_dir, tmp_path / "same", evidence_weights={"same_title": 20.0})
+    assert same["same_title"] > 1.5 * uniform["same_title"]  # 1/2 or 1/3 of the draws -> 20/21 or 20/22
+    assert same["random"] < uniform["random"]
+    none = _is_rel_evidence(world_dir, tmp_path / "none", evidence_weights={"same_title": 0.0})
+    assert "same_title" not in none and sum(none.values()) == sum(uniform.values())
+
+
+@pytest.mark.parametrize("label, key", [({"evidence_weights": {"same_titel": 2.0}}, "same_titel"),
+                                        ({"aspect_sizes": {"isrel": 10}}, "isrel"),
+                                        ({"evidence_weights": {k: 0.0 for k in NEGATIVE_KINDS}}, "more than 0")])
+def test_a_misspelt_or_empty_sampling_key_is_refused(label, key):
+    with pytest.raises(ValidationError, match=key):
+        RaypipeConfig.model_validate({"label": label})
 
 
 # --- hand-made inputs ----------------------------------------------------------------------------
