@@ -53,7 +53,8 @@ MetaLoader = Callable[[set[str]], dict[str, dict[str, Any]]]
 #: what the warning tells a user to do about a collapsed aspect
 FIX = ("check the critic's agreement per aspect (`raypipe train critic` prints it; agreement.json), and "
        "retrain it: training.critic.kind=encoder, more or balanced labels (label.per_aspect, "
-       "label.aspect_sizes), training.critic.encoder_class_weights=inverse_frequency")
+       "label.aspect_sizes), training.critic.encoder_class_weights=inverse_frequency (or tempered on "
+       "one aspect: '{is_use: 0.5}')")
 
 
 @dataclass

@@ -11,7 +11,7 @@ Layout under `training.critic.out_dir` (the conventions of `raypipe train`)::
 
 The loss is the cross-entropy of each row's teacher label over its own aspect's head (Self-RAG Eq. 1
 is the same objective over the LM's label tokens), optionally weighted per aspect by inverse label
-frequency (`encoder_class_weights`). Training reads the rows' `example` fields, not their prompts;
+frequency, fully or tempered (`encoder_class_weights`). Training reads the rows' `example` fields, not their prompts;
 the rows are D_critic's, so both critic kinds learn from the same labels.
 """
 
@@ -87,18 +87,29 @@ class CriticEncoderTask(ClassifierTask):
         save_aspect_heads(model, tokenizer, folder)
 
 
-def inverse_frequency_weights(table: pa.Table) -> tuple[float, ...]:
+def inverse_frequency_weights(table: pa.Table, exponents: dict[str, float] | None = None) -> tuple[float, ...]:
     """Per head output: n_aspect / (labels of the aspect x n_label) over the rows (sklearn's
     "balanced" weights, within each aspect). The weighted mean loss then gives each aspect the share
-    of rows it has and each of its labels an equal share within it. A label no row has keeps 1."""
+    of rows it has and each of its labels an equal share within it. A label no row has keeps 1.
+
+    `exponents` (None: 1 for every aspect) raises an aspect's weights to its power and leaves an
+    aspect it does not name at 1 (unweighted). An exponent between 0 and 1 tempers the balance (ours:
+    fully balanced IsUse labels over-correct, docs/results/critic.md); the tempered weights are scaled
+    so that the aspect's rows weigh n_aspect in all, as unweighted rows do, so the other aspects keep
+    their share of the loss."""
     counts = Counter(zip(table.column("aspect").to_pylist(), table.column("target").to_pylist(), strict=True))
     weights = [1.0] * NUM_OUTPUTS
     for aspect in Aspect:
+        exponent = 1.0 if exponents is None else exponents.get(aspect.value, 0.0)
         labels = ASPECT_LABELS[aspect]
-        n = sum(counts[(aspect.value, label)] for label in labels)
-        for label in labels:
-            if counts[(aspect.value, label)]:
-                weights[target_index(aspect, label)] = n / (len(labels) * counts[(aspect.value, label)])
+        seen = {label: counts[(aspect.value, label)] for label in labels if counts[(aspect.value, label)]}
+        n = sum(seen.values())
+        if not seen or exponent == 0:
+            continue
+        balanced = {label: (n / (len(labels) * count)) ** exponent for label, count in seen.items()}
+        scale = 1.0 if exponent == 1 else n / sum(w * seen[label] for label, w in balanced.items())
+        for label, weight in balanced.items():
+            weights[target_index(aspect, label)] = weight * scale
     return tuple(weights)
 
 
@@ -130,7 +141,8 @@ def _run(tc: CriticTrainConfig) -> ClassifierRun:
 
 def critic_task(tc: CriticTrainConfig, train: pa.Table) -> CriticEncoderTask:
     """The task `training.critic` describes, its class weights counted on the `train` rows."""
-    weights = inverse_frequency_weights(train) if tc.encoder_class_weights == "inverse_frequency" else None
+    exponents = tc.class_weight_exponents()
+    weights = inverse_frequency_weights(train, exponents) if exponents else None
     return CriticEncoderTask(max_length=tc.max_length, input_format=tc.encoder_input, layers=tc.encoder_layers,
                              trainable_layers=tc.trainable_layers, class_weights=weights)
 

@@ -134,8 +134,7 @@ class RequestSampler:
         self.result = SampleResult()
 
     def size(self, aspect: Aspect) -> int:
-        size = self.cfg.aspect_sizes.get(aspect.value, self.cfg.per_aspect)
-        return max(0, size)
+        return self.cfg.aspect_sizes.get(aspect.value, self.cfg.per_aspect)
 
     def _meta(self, row: dict[str, Any]) -> dict[str, Any]:
         return json.loads(row["meta"]) if row["meta"] else {}

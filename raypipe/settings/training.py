@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from raypipe.prompts import Aspect
 from raypipe.settings.base import Section
 from raypipe.settings.paths import default_path
 
@@ -136,9 +137,33 @@ class CriticTrainConfig(TrainConfig):
     encoder_input: Literal["pair", "prompt"] = "pair"
     #: encoder kind: `inverse_frequency` weighs each row's loss by n_aspect / (labels_aspect x
     #: n_label) over the training rows (per aspect, so each aspect keeps its share of the loss and its
-    #: labels count equally within it); `none` = plain cross-entropy. Off by default: the dev labels
-    #: keep the training mix, and weighting trades majority-label agreement for minority recall
-    encoder_class_weights: Literal["none", "inverse_frequency"] = "none"
+    #: labels count equally within it); `none` = plain cross-entropy; a mapping of aspects to exponents
+    #: (ours), e.g. `{is_use: 0.5}`, raises the named aspects' inverse-frequency weights to that power
+    #: (1 = `inverse_frequency`, between 0 and 1 a tempered weight) and leaves the others unweighted.
+    #: Off by default: the dev labels keep the training mix, and weighting trades majority-label
+    #: agreement for minority recall
+    encoder_class_weights: Literal["none", "inverse_frequency"] | dict[str, float] = "none"
+
+    @field_validator("encoder_class_weights")
+    @classmethod
+    def _aspect_exponents(cls, value: str | dict[str, float]) -> str | dict[str, float]:
+        # a misspelt aspect would leave it unweighted without a word
+        if isinstance(value, dict):
+            known = [a.value for a in Aspect]
+            unknown = sorted(set(value) - set(known))
+            if unknown:
+                raise ValueError(f"unknown aspect(s) {unknown}; the aspects are {known}")
+            if any(v < 0 for v in value.values()):
+                raise ValueError(f"exponents must be >= 0, got {value}")
+        return value
+
+    def class_weight_exponents(self) -> dict[str, float]:
+        """Each weighted aspect's exponent on its inverse-frequency weights ({} = unweighted)."""
+        if self.encoder_class_weights == "none":
+            return {}
+        if self.encoder_class_weights == "inverse_frequency":
+            return {a.value: 1.0 for a in Aspect}
+        return dict(self.encoder_class_weights)
 
 
 class GeneratorTrainConfig(TrainConfig):

@@ -193,6 +193,28 @@ def test_inverse_frequency_weights_balance_labels_within_each_aspect():
     assert weights[target_index(Aspect.IS_USE, "[Utility:1]")] == 1.0
 
 
+def test_tempered_weights_weigh_only_the_named_aspect_and_keep_its_share():
+    rows = ([("is_rel", tokens.IRRELEVANT)] * 6 + [("is_rel", tokens.RELEVANT)] * 2
+            + [("is_use", "[Utility:5]")] * 9 + [("is_use", "[Utility:2]")] * 1)
+    table = pa.table({"aspect": [a for a, _ in rows], "target": [t for _, t in rows]})
+    weights = inverse_frequency_weights(table, {"is_use": 0.5})
+    five, two = weights[target_index(Aspect.IS_USE, "[Utility:5]")], weights[target_index(Aspect.IS_USE, "[Utility:2]")]
+    # the square root of the balanced ratio (9 : 1), scaled so that IsUse's 10 rows still weigh 10
+    assert two / five == pytest.approx(3.0)
+    assert 9 * five + two == pytest.approx(10.0)
+    assert weights[target_index(Aspect.IS_REL, tokens.IRRELEVANT)] == weights[target_index(Aspect.IS_REL, tokens.RELEVANT)] == 1.0
+    # exponent 1 on an aspect is inverse_frequency's weights on it
+    full = inverse_frequency_weights(table, {"is_rel": 1.0})
+    assert full[target_index(Aspect.IS_REL, tokens.RELEVANT)] == inverse_frequency_weights(table)[target_index(Aspect.IS_REL, tokens.RELEVANT)]
+    assert full[target_index(Aspect.IS_USE, "[Utility:2]")] == 1.0
+
+
+@pytest.mark.parametrize("weights", [{"is_usefulness": 0.5}, {"is_use": -1.0}])
+def test_class_weight_exponents_refuse_unknown_aspects_and_negatives(weights):
+    with pytest.raises(ValueError, match="is_usefulness|>= 0"):
+        RaypipeConfig.model_validate({"training": {"critic": {"encoder_class_weights": weights}}})
+
+
 def test_settings_choose_the_task():
     cfg = RaypipeConfig.model_validate({"training": {"critic": {
         "kind": "encoder", "encoder_input": "prompt", "encoder_layers": 3, "trainable_layers": 2,
@@ -202,6 +224,8 @@ def test_settings_choose_the_task():
     assert (task.input_format, task.layers, task.trainable_layers, task.max_length) == ("prompt", 3, 2, 64)
     assert task.class_weights == inverse_frequency_weights(table)
     assert critic_task(cfg.training.critic.model_copy(update={"encoder_class_weights": "none"}), table).class_weights is None
+    tempered = cfg.training.critic.model_copy(update={"encoder_class_weights": {"is_rel": 0.5}})
+    assert critic_task(tempered, table).class_weights == inverse_frequency_weights(table, {"is_rel": 0.5})
 
 
 def test_trainable_layers_freeze_everything_below_the_top_ones(encoder_dir):
