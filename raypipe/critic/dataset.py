@@ -110,6 +110,8 @@ def _label_all(teacher: Teacher, sample: SampleResult, cfg: LabelConfig
             "discarded": teacher.discarded[aspect.value], "failed": teacher.failed[aspect.value],
             "train": sizes["train"], "dev": sizes["dev"], "labels": dict(sorted(counts.items())),
         }
+        if aspect is Aspect.IS_USE and sample.swapped_outputs:
+            per_aspect[aspect.value]["swapped_outputs"] = sample.swapped_outputs
         if aspect.value in sample.evidence_kinds:
             per_aspect[aspect.value]["evidence"] = dict(sorted(sample.evidence_kinds[aspect.value].items()))
             per_aspect[aspect.value]["gt_passages_outside_corpus"] = sample.outside_corpus[aspect.value]
@@ -147,7 +149,14 @@ def run_label(cfg: RaypipeConfig) -> dict[str, Any]:
                            f"{passages.num_rows} valid passages in {lc.passages}")
     index = PassageIndex(passages)
     neighbours = retrieved_neighbours(cfg, instances, index) if lc.retrieved_evidence_k else None
-    sample = RequestSampler(instances, index, lc, Segmenter(cfg.segmentation), neighbours).sample_all()
+    sampler = RequestSampler(instances, index, lc, Segmenter(cfg.segmentation), neighbours)
+    sample = sampler.sample_all()
+    if lc.is_use_swapped_outputs:
+        # train only: dev keeps the sample's mix, so agreement stays comparable across settings
+        swapped = sampler.swapped_outputs(lc.is_use_swapped_outputs, lambda i: split_of(i, lc) == "train")
+        sample.requests.setdefault(Aspect.IS_USE, []).extend(swapped)
+        sample.requested.setdefault(Aspect.IS_USE.value, 0)
+        sample.swapped_outputs = len(swapped)
     if sample.rejects:
         write_jsonl(sample.rejects, out / "rejects" / "sampling.rejects.jsonl")
     teacher = make_teacher(lc.teacher, out)

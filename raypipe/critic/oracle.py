@@ -48,6 +48,11 @@ def _passage(request: LabelRequest) -> str:
     return request.passage_id
 
 
+def stated_values(meta: dict[str, Any]) -> set[str]:
+    """The fact values the output's sentences state (the world contract's `sentences[].facts`)."""
+    return {str(v) for s in meta.get("sentences") or [] for v in s.get("facts", [])}
+
+
 def true_label(request: LabelRequest) -> str:
     """The noise-free token for a request, by the world contract's rules."""
     aspect = request.aspect
@@ -67,6 +72,11 @@ def true_label(request: LabelRequest) -> str:
         support = _sentence(request).get("support", {}).get(_passage(request))
         return _SUPPORT_TOKEN.get(support, tokens.NO_SUPPORT)
     if aspect is Aspect.IS_USE:
+        answer = request.meta.get("answer")
+        if answer is not None and str(answer) not in stated_values(request.meta):
+            # a question's output that states none of its answer: on topic but no answer, the world's
+            # [Utility:2] (an imperfect factual_qa instance, or a question with a swapped output)
+            return tokens.utility_token(2)
         utility = _field(request.meta, "utility", request)
         try:
             return tokens.utility_token(int(utility))

@@ -25,13 +25,14 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from raypipe.critic.oracle import stated_values
 from raypipe.critic.teachers import LabelRequest
 from raypipe.data.segment import Segmenter
 from raypipe.prompts import Aspect, CriticExample
@@ -85,6 +86,8 @@ class SampleResult:
     requested: dict[str, int] = field(default_factory=dict)
     #: per aspect: ground-truth passage ids not found in the configured passages (e.g. web-only ones)
     outside_corpus: Counter[str] = field(default_factory=Counter)
+    #: IsUse requests with another question's output (`RequestSampler.swapped_outputs`)
+    swapped_outputs: int = 0
 
 
 class _EvidencePicker:
@@ -243,6 +246,33 @@ class RequestSampler:
                 break
         if len(requests) < n:
             logger.warning("%s: asked for %d examples, the instances yield %d", aspect.value, n, len(requests))
+        return requests
+
+    def swapped_outputs(self, n: int, eligible: Callable[[str], bool] = lambda _: True) -> list[LabelRequest]:
+        """Up to `n` IsUse requests, a seeded sample of all pairs of two questions (instances whose meta
+        holds an `answer`) about the same subject (meta `entity_id`), both `eligible`, where the second
+        one's output states a value other than the first one's answer: the first one's instruction
+        with the second one's output. The output is true and on topic but no answer, the judgement a
+        critic sees too rarely in the sample above to learn (ours). The request's meta is the first
+        instance's with the second one's sentences and no utility: the pair's ground truth."""
+        metas = [self._meta(row) for row in self.rows]
+        by_subject: dict[str, list[int]] = defaultdict(list)
+        for i, (row, meta) in enumerate(zip(self.rows, metas, strict=True)):
+            if meta.get("answer") is not None and meta.get("entity_id") and eligible(row["id"]):
+                by_subject[meta["entity_id"]].append(i)
+        pairs = [(q, d) for rows in by_subject.values() for q in rows for d in rows
+                 if d != q and str(metas[q]["answer"]) not in stated_values(metas[d])]
+        rng = np.random.default_rng([self.cfg.seed, len(Aspect)])
+        requests = []
+        for k in rng.permutation(len(pairs))[:n]:
+            q, d = pairs[int(k)]
+            question, donor = self.rows[q], self.rows[d]
+            meta = {key: v for key, v in metas[q].items() if key != "utility"} | {"sentences": metas[d].get("sentences")}
+            example = CriticExample(Aspect.IS_USE, question["instruction"], input=question["input"],
+                                    output=donor["output"])
+            requests.append(LabelRequest(Aspect.IS_USE, example, question["id"], meta, output_of=donor["id"]))
+        if len(requests) < n:
+            logger.warning("is_use: asked for %d swapped outputs, the instances yield %d", n, len(requests))
         return requests
 
     def sample_all(self) -> SampleResult:

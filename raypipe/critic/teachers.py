@@ -31,7 +31,8 @@ class LabelRequest:
 
     `meta` is the instance's ground truth (the world's meta object, ``{}`` for data without one);
     `sentence_idx` indexes the output's sentences and `passage_id` the evidence, when the aspect has
-    them.
+    them. `output_of` names the instance whose output the example reads when it is not the
+    instance's own (an IsUse row with a swapped output, `teacher_requests.RequestSampler`).
     """
 
     aspect: Aspect
@@ -40,12 +41,14 @@ class LabelRequest:
     meta: dict[str, Any] = field(default_factory=dict)
     sentence_idx: int | None = None
     passage_id: str | None = None
+    output_of: str | None = None
 
     @property
     def id(self) -> str:
         """Unique per judgement and stable across runs, so caches and noise can key on it."""
         sentence = NONE_PART if self.sentence_idx is None else str(self.sentence_idx)
-        return f"{self.instance_id}|{self.aspect.value}|{sentence}|{self.passage_id or NONE_PART}"
+        key = f"{self.instance_id}|{self.aspect.value}|{sentence}|{self.passage_id or NONE_PART}"
+        return key if self.output_of is None else f"{key}|{self.output_of}"
 
 
 class Teacher(ABC):

@@ -75,6 +75,11 @@ class LabelConfig(Section):
     #: `retrieved`: the near neighbours the critic will judge in augmentation, where random passages
     #: are easy negatives (ours; needs the passage index). 0 = off
     retrieved_evidence_k: int = Field(0, ge=0)
+    #: IsUse rows beyond the sample, train split only: a question's instruction with the output of
+    #: another question about the same subject that answers something else (true, on topic, no
+    #: answer). Needs instances whose meta names their subject and answer, as the world's do (ours).
+    #: 0 = off
+    is_use_swapped_outputs: int = Field(0, ge=0)
     #: share of the instances (a seeded draw on their id) whose examples go to dev/, which the agreement
     #: report reads
     dev_fraction: float = Field(0.1, ge=0.0, lt=1.0)

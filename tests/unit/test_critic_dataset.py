@@ -177,6 +177,27 @@ def test_an_evidence_aspect_asked_for_more_than_the_instances_takes_a_second_pas
     assert stats["aspects"]["is_use"]["labeled"] == n_instances
 
 
+def test_swapped_outputs_pair_a_question_with_another_answer_about_its_subject_in_train_only(labeled, world_dir,
+                                                                                                 tmp_path):
+    out, _ = labeled
+    stats = run_label(_cfg(world_dir, tmp_path, is_use_swapped_outputs=5))
+    instances = _world(world_dir, "instances")
+    swapped = [r for r in _rows(tmp_path, "train") if r["id"].count("|") == 4]
+    assert len(swapped) == stats["aspects"]["is_use"]["swapped_outputs"] == 5
+    assert len({r["id"] for r in swapped}) == 5
+    for row in swapped:
+        question, donor = instances[row["instance_id"]], instances[row["id"].rsplit("|", 1)[1]]
+        q_meta, d_meta = json.loads(question["meta"]), json.loads(donor["meta"])
+        assert row["example"]["output"] == donor["output"] and donor["id"] != question["id"]
+        assert row["example"]["instruction"] == question["instruction"]
+        assert q_meta["entity_id"] == d_meta["entity_id"] and q_meta["answer"] != d_meta["answer"]
+        assert question["output"] != donor["output"] and q_meta["answer"] not in donor["output"]
+        assert row["target"] == "[Utility:2]"                  # the noiseless teacher: true, but no answer
+    # dev keeps the sample's mix: the same rows as without the swapped outputs
+    assert pq.read_table(tmp_path / "dev").equals(pq.read_table(out / "dev"))
+    assert stats["aspects"]["is_use"]["train"] == labeled[1]["aspects"]["is_use"]["train"] + 5
+
+
 def _is_rel_evidence(world_dir: Path, out: Path, **label) -> dict[str, int]:
     sizes = {"retrieve_input": 0, "retrieve": 0, "is_sup": 0, "is_use": 0, "is_rel": 300}
     stats = run_label(_cfg(world_dir, out, gt_evidence_fraction=0.0, aspect_sizes=sizes, **label))

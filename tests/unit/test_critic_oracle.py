@@ -52,6 +52,10 @@ def _request(aspect: Aspect, sentence: int | None = None, passage: str | None = 
         (Aspect.IS_SUP, 1, "p1", {}, tokens.NO_SUPPORT),
         (Aspect.IS_USE, None, None, {}, "[Utility:4]"),
         (Aspect.IS_USE, None, None, {"utility": 1}, "[Utility:1]"),
+        # a question's output: its recorded utility when a sentence states the answer, else no answer
+        (Aspect.IS_USE, None, None, {"answer": "1901", "sentences": [{"facts": ["1901"]}]}, "[Utility:4]"),
+        (Aspect.IS_USE, None, None, {"answer": "1901", "sentences": [{"facts": ["Oslo"]}], "utility": None},
+         "[Utility:2]"),
     ],
 )
 def test_rules_of_the_world_contract(aspect, sentence, passage, meta_patch, expected):
@@ -109,3 +113,5 @@ def test_requests_of_another_aspect_are_refused():
 def test_request_id_names_instance_aspect_sentence_and_passage():
     assert _request(Aspect.IS_SUP, 2, "p7", instance="x").id == "x|is_sup|2|p7"
     assert _request(Aspect.IS_USE, instance="x").id == "x|is_use|-|-"
+    swapped = LabelRequest(Aspect.IS_USE, CriticExample(Aspect.IS_USE, "q", output="y"), "x", output_of="z")
+    assert swapped.id == "x|is_use|-|-|z"
