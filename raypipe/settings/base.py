@@ -5,6 +5,7 @@ of a decoding setting that a request may not override.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Annotated, TypeVar
 
 from pydantic import BaseModel, ConfigDict
@@ -16,6 +17,16 @@ class Section(BaseModel):
 
 
 T = TypeVar("T")
+
+
+def check_keyed_amounts(value: Mapping[str, float], known: Sequence[str], what: str = "key") -> None:
+    """Refuse a mapping (aspect -> size, kind -> odds, ...) with a key outside `known` or a negative
+    value: a misspelt key would otherwise be ignored and leave its setting at the default."""
+    unknown = sorted(set(value) - set(known))
+    if unknown:
+        raise ValueError(f"unknown {what}(s) {unknown}; the {what}s are {list(known)}")
+    if any(v < 0 for v in value.values()):
+        raise ValueError(f"values must be >= 0, got {dict(value)}")
 
 
 class _ServerOnlyMark:

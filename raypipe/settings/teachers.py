@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from raypipe.prompts import Aspect
-from raypipe.settings.base import Section
+from raypipe.settings.base import Section, check_keyed_amounts
 from raypipe.settings.paths import default_path
 
 #: the kinds of negative evidence passage D_critic draws from (`raypipe.critic.teacher_requests`)
@@ -91,13 +91,8 @@ class LabelConfig(Section):
     @field_validator("aspect_sizes", "evidence_weights")
     @classmethod
     def _known_keys(cls, value: dict[str, Any], info: Any) -> dict[str, Any]:
-        # a misspelt key would be ignored and leave the data set at its default size or mix
         known = [a.value for a in Aspect] if info.field_name == "aspect_sizes" else list(NEGATIVE_KINDS)
-        unknown = sorted(set(value) - set(known))
-        if unknown:
-            raise ValueError(f"unknown key(s) {unknown}; the keys are {known}")
-        if any(v < 0 for v in value.values()):
-            raise ValueError(f"values must be >= 0, got {value}")
+        check_keyed_amounts(value, known)
         if info.field_name == "evidence_weights" and value and not any(
                 value.get(k, 1.0) > 0 for k in NEGATIVE_KINDS):
             raise ValueError("at least one kind must weigh more than 0")

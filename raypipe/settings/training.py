@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 
 from raypipe.prompts import Aspect
-from raypipe.settings.base import Section
+from raypipe.settings.base import Section, check_keyed_amounts
 from raypipe.settings.paths import default_path
 
 
@@ -147,14 +147,8 @@ class CriticTrainConfig(TrainConfig):
     @field_validator("encoder_class_weights")
     @classmethod
     def _aspect_exponents(cls, value: str | dict[str, float]) -> str | dict[str, float]:
-        # a misspelt aspect would leave it unweighted without a word
         if isinstance(value, dict):
-            known = [a.value for a in Aspect]
-            unknown = sorted(set(value) - set(known))
-            if unknown:
-                raise ValueError(f"unknown aspect(s) {unknown}; the aspects are {known}")
-            if any(v < 0 for v in value.values()):
-                raise ValueError(f"exponents must be >= 0, got {value}")
+            check_keyed_amounts(value, [a.value for a in Aspect], "aspect")
         return value
 
     def class_weight_exponents(self) -> dict[str, float]:
