@@ -11,6 +11,10 @@
    (2 + 2 + 4 + 8) / N against 12 for DeepSpeed's stage 0, which keeps no fp32 master copy: 16/(12 N),
    0.667 at N = 2 (exactly 1/N against a mixed-precision baseline that keeps one).
 
+3. tokens/s of one worker at ZeRO stage 0 (the demo generator's layout) in fp32 and under bf16 autocast
+   (`training.*.precision: autocast`, what `auto` picks on a CPU with native bf16); fp32 is the
+   baseline. `--trainable-layers N` trains the top N layers only, as the demo's generator does.
+
 Every run also records the CPU's GEMM rate in fp32 and bf16 (`gemm_gflops`): a CPU whose torch build
 reports no AVX512-BF16 or AMX capability (`cpu_capability`) has no bf16 matrix kernels, so bf16 training
 is several times slower than fp32 there and CPU runs train in fp32.
@@ -18,13 +22,14 @@ is several times slower than fp32 there and CPU runs train in fp32.
 All three runs train the same tiny model on the same encoded critic-style data (encoded once).
 Throughput counts every optimizer step but the first (warm-up).
 
-`--model DIR` measures (2) only, on a real model folder (e.g. the imported SmolLM2, 134.5M parameters in
+`--model DIR` measures (2) and (3) only, on a real model folder (e.g. the imported SmolLM2, 134.5M parameters in
 matrices of 0.3M-28M elements, where partitioning dominates): a few steps of ZeRO-3 and of DDP at 2
 workers, written to `training_<folder>_<precision>.json`.
 
     python -m benchmarks.training            # full run
     python -m benchmarks.training --quick    # ~1-1.5 min, most of it Ray Train worker start-up
     python -m benchmarks.training --model runs/demo/models/smollm2 --precision bf16
+    python -m benchmarks.training --model runs/demo/models/smollm2 --trainable-layers 8
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ REPO = Path(__file__).resolve().parent.parent
 SIZES = {  # model shape, training rows, optimizer steps per run
     "quick": {"hidden": 64, "layers": 2, "vocab": 512, "rows": 256, "steps": 8},
     "full": {"hidden": 256, "layers": 4, "vocab": 4096, "rows": 4096, "steps": 60},
-    "model": {"rows": 64, "steps": 3},  # --model: memory only, a real model is slow on CPU
+    "model": {"rows": 64, "steps": 5},  # --model: a real model is slow on CPU
 }
 CITIES = ["Velmora", "Ostrava", "Kelden", "Marrow", "Tillby", "Quensa", "Arnhal", "Sorrel"]
 
@@ -97,13 +102,14 @@ def partition_everything_config(work: Path) -> Path:
 
 
 def run_once(name: str, work: Path, model_dir: Path, data_dir: Path, encoded, size: dict, *,
-             num_workers: int, zero_stage: int, precision: str) -> dict:
+             num_workers: int, zero_stage: int, precision: str, trainable_layers: int | None = None) -> dict:
     from raypipe.settings.training import TrainConfig, TrainStage
     from raypipe.training.data import plan_steps
     from raypipe.training.trainer import StageData, fit_stage
 
     tc = TrainConfig(base_model=str(model_dir), data=str(data_dir), out_dir=str(work / name),
                      num_workers=num_workers, zero_stage=zero_stage, precision=precision, micro_batch_size=8,
+                     trainable_layers=trainable_layers,
                      max_length=128, cpus_per_worker=1.0, checkpoint_every=10**6, log_every=10**6,
                      deepspeed_config=str(partition_everything_config(work)))
     plan = plan_steps(encoded.encode_stats["rows_train"], num_workers, tc.micro_batch_size, tc.grad_accum, name)
@@ -113,7 +119,7 @@ def run_once(name: str, work: Path, model_dir: Path, data_dir: Path, encoded, si
     state = stats["model_state_bytes_rank0"]
     logger.info("%s: %.0f tokens/s, peak %.0f MiB/worker, model state %.2f MiB/rank", name,
                 stats["tokens_per_s"], stats["peak_memory_mib"], stats["model_state_mib_per_rank"])
-    return {"num_workers": num_workers, "zero_stage": zero_stage, "steps": stats["steps"],
+    return {"num_workers": num_workers, "zero_stage": zero_stage, "precision": stats["precision"], "steps": stats["steps"],
             "global_batch": plan.global_batch, "tokens_per_s": round(stats["tokens_per_s"], 1),
             "peak_memory_mib_per_worker": round(stats["peak_memory_mib"], 1),
             "model_state_mib_per_rank": round(stats["model_state_mib_per_rank"], 4),
@@ -152,7 +158,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small model and few steps")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--model", type=Path, default=None,
-                        help="an HF model folder: measure ZeRO-3 vs DDP model state on it (no throughput runs)")
+                        help="an HF model folder: measure ZeRO-3 vs DDP model state and autocast vs fp32 on it")
+    parser.add_argument("--trainable-layers", type=int, default=None, metavar="N",
+                        help="the autocast vs fp32 runs train the top N layers only (the demo's generator: 8)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     for noisy in ("ray", "ray.data", "ray.train"):
@@ -171,9 +179,10 @@ def main() -> None:
     from raypipe.settings.training import TrainConfig, TrainStage
     from raypipe.training.trainer import encode_stage
 
-    layouts = [("zero3_2_workers", 2, 3), ("ddp_2_workers", 2, 0)]
+    layouts = [("zero3_2_workers", 2, 3, args.precision), ("ddp_2_workers", 2, 0, args.precision),
+               ("stage0_1_worker_fp32", 1, 0, "fp32"), ("stage0_1_worker_autocast", 1, 0, "autocast")]
     if args.model is None:
-        layouts.insert(0, ("zero3_1_worker", 1, 3))
+        layouts.insert(0, ("zero3_1_worker", 1, 3, args.precision))
     with tempfile.TemporaryDirectory(prefix="raypipe-bench-train-") as tmp, timer() as total:
         work = Path(tmp)
         data_dir, rows = build_rows(work, size)
@@ -183,8 +192,8 @@ def main() -> None:
         encoded = encode_stage(TrainConfig(base_model=str(model_dir), data=str(data_dir), max_length=128),
                                TrainStage(mask=["prompt"]), str(model_dir), work)
         runs = {name: run_once(name, work, model_dir, data_dir, encoded, size, num_workers=w, zero_stage=z,
-                               precision=args.precision)
-                for name, w, z in layouts}
+                               precision=p, trainable_layers=args.trainable_layers if w == 1 and z == 0 else None)
+                for name, w, z, p in layouts}
         ray.shutdown()  # flush the workers' log lines now, so the summary below is the last line
 
     two, ddp = runs["zero3_2_workers"], runs["ddp_2_workers"]
@@ -199,6 +208,9 @@ def main() -> None:
         "zero3_vs_ddp_model_state_ratio": round(ratio, 3),
         "zero3_vs_ddp_ratio_by_part": by_part,
         "runs": runs, "gemm_gflops": gemm_gflops(), "seconds": round(total.seconds, 1),
+        "trainable_layers": args.trainable_layers,
+        "autocast_vs_fp32_tokens_per_s_ratio": round(runs["stage0_1_worker_autocast"]["tokens_per_s"]
+                                                     / runs["stage0_1_worker_fp32"]["tokens_per_s"], 3),
     }
     throughput = ""
     if "zero3_1_worker" in runs:
@@ -212,7 +224,8 @@ def main() -> None:
     name = "training" if args.model is None else f"training_{args.model.resolve().name}_{args.precision}"
     path = write_result(name, payload)
     print(f"training: {throughput}ZeRO-3 model state per rank = {ratio:.3f} x DDP ({args.precision}, "
-          f"{n_params / 1e6:.1f}M parameters); {path}")
+          f"{n_params / 1e6:.1f}M parameters); autocast {payload['autocast_vs_fp32_tokens_per_s_ratio']:.2f}x "
+          f"fp32's tokens/s; {path}")
 
 
 if __name__ == "__main__":

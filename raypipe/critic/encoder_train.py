@@ -136,7 +136,8 @@ def _run(tc: CriticTrainConfig) -> ClassifierRun:
     stage = tc.stages[0]
     return ClassifierRun(name=_RUN_NAME, epochs=stage.epochs, lr=stage.lr, batch_size=tc.micro_batch_size,
                          warmup_ratio=tc.warmup_ratio, weight_decay=tc.weight_decay,
-                         checkpoint_every=tc.checkpoint_every, seed=tc.seed, grad_clip=tc.grad_clip)
+                         checkpoint_every=tc.checkpoint_every, seed=tc.seed, grad_clip=tc.grad_clip,
+                         precision=tc.precision)
 
 
 def critic_task(tc: CriticTrainConfig, train: pa.Table) -> CriticEncoderTask:

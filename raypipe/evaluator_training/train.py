@@ -49,7 +49,7 @@ def fit(tc: EvaluatorTrainConfig, base_model: str, data: Path, out: Path) -> dic
     """Train on Ray Train and export the evaluator folder to `out`."""
     run = ClassifierRun(name=_RUN_NAME, epochs=tc.epochs, lr=tc.lr, batch_size=tc.batch_size,
                         warmup_ratio=tc.warmup_ratio, weight_decay=tc.weight_decay,
-                        checkpoint_every=tc.checkpoint_every, seed=tc.seed)
+                        checkpoint_every=tc.checkpoint_every, seed=tc.seed, precision=tc.precision)
     trained = fit_classifier(EvaluatorTask(tc.max_length), run, tc, base_model, data, out)
     (out / MANIFEST).write_text(json.dumps({"kind": "crag-retrieval-evaluator", "output": OUTPUT,
                                             "base_model": base_model, "max_length": tc.max_length}, indent=2) + "\n")

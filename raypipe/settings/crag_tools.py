@@ -72,6 +72,9 @@ class EvaluatorTrainConfig(Section):
     cpus_per_worker: float = Field(1.0, gt=0)
     #: `auto` = GPUs when the cluster has one per worker, else CPUs
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    #: `autocast`: bf16 matrix products under torch.autocast, fp32 weights; `auto` = autocast on CPU
+    #: workers whose CPU has native bf16 (AVX512-BF16, AMX), else fp32
+    precision: Literal["auto", "fp32", "autocast"] = "auto"
     #: the GPU type the workers must land on (as `training.*.accelerator_type`); None = any GPU
     accelerator_type: str | None = None
     #: optimizer steps between checkpoints

@@ -25,8 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from raypipe.settings.training import Precision
 from raypipe.training.checkpoint import MODEL_DIR, TrainState
 from raypipe.training.harness import WorkerSettings, choose_gpu, fit_and_export
+from raypipe.training.precision import worker_autocasts
 
 _WEIGHTS = "weights.pt"
 
@@ -68,6 +70,8 @@ class ClassifierRun:
     checkpoint_every: int
     seed: int
     grad_clip: float = 1.0
+    #: `training.*.precision` (raypipe.training.precision); weights stay fp32 whatever it says
+    precision: Precision = "fp32"
 
 
 def model_device(model: Any) -> Any:
@@ -143,6 +147,9 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         state.summary["resumed_from_step"] = state.step
     metrics_log = MetricsLog(Path(config["metrics_log"]), rank, state.step)
     model.train()
+    device_type = model_device(model).type
+    # a classifier's weights stay fp32: `bf16` asks for bf16 products, which autocast gives
+    autocast = worker_autocasts("autocast" if run.precision == "bf16" else run.precision, device_type == "cuda")
 
     def save(final: bool) -> None:
         with tempfile.TemporaryDirectory(prefix=f"raypipe-{run.name}-") as tmp:
@@ -161,7 +168,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         batches = epoch_batches(rows, state.epoch, rank, world, run.batch_size, run.seed, sizes)
         for batch in batches[state.micro_batches_done:]:
             start = time.perf_counter()
-            loss = task.loss(model, tokenizer, batch)
+            with torch.autocast(device_type, dtype=torch.bfloat16, enabled=autocast):
+                loss = task.loss(model, tokenizer, batch)
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, run.grad_clip)
@@ -181,7 +189,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         if state.step < total:
             state.epoch, state.micro_batches_done = state.epoch + 1, 0
     state.summary.update({"steps": state.step, "final_loss": state.history[-1]["loss"] if state.history else None,
-                          "steps_per_epoch": per_epoch, "rows": len(rows)})
+                          "steps_per_epoch": per_epoch, "rows": len(rows),
+                          "precision": "autocast" if autocast else "fp32"})
     save(final=True)
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from raypipe.runtime import WORKER_ENV, use_installed_ninja
 from raypipe.settings.training import TrainConfig, TrainStage
 from raypipe.training.checkpoint import MODEL_DIR, TrainState, restore_checkpoint, save_checkpoint
+from raypipe.training.precision import worker_autocasts
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ def _param_groups(model: Any, weight_decay: float) -> list[dict[str, Any]]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def _build_engine(config: dict[str, Any], tc: TrainConfig, stage: TrainStage) -> tuple[Any, Any]:
+def _build_engine(config: dict[str, Any], tc: TrainConfig, stage: TrainStage, autocast: bool) -> tuple[Any, Any]:
     import deepspeed
     import torch
     from transformers import get_linear_schedule_with_warmup
@@ -52,8 +53,11 @@ def _build_engine(config: dict[str, Any], tc: TrainConfig, stage: TrainStage) ->
     model.train()
     optimizer = torch.optim.AdamW(_param_groups(model, tc.weight_decay), lr=stage.lr)
     trained = TargetLossLM(model) if computes_same_logits(model, len(tokenizer)) else model
+    ds_config = config["ds_config"]
+    if autocast:  # DeepSpeed's own autocast wraps the engine's forward (its `torch_autocast` section)
+        ds_config = {**ds_config, "torch_autocast": {"enabled": True, "dtype": "bfloat16"}}
     engine, *_ = deepspeed.initialize(
-        model=trained, optimizer=optimizer, config=config["ds_config"], dist_init_required=False,
+        model=trained, optimizer=optimizer, config=ds_config, dist_init_required=False,
         lr_scheduler=lambda opt: get_linear_schedule_with_warmup(opt, warmup, total),
     )
     return engine, tokenizer
@@ -128,7 +132,11 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     rank = ray.train.get_context().get_world_rank()
     if config["use_gpu"]:
         torch.cuda.set_device(ray.train.torch.get_device())
-    engine, tokenizer = _build_engine(config, tc, stage)
+    autocast = worker_autocasts(tc.precision, config["use_gpu"])
+    precision = "autocast" if autocast else config["dtype"].replace("bfloat16", "bf16").replace("float32", "fp32")
+    if rank == 0:
+        logger.info("precision: %s", precision)
+    engine, tokenizer = _build_engine(config, tc, stage, autocast)
     restored = restore_checkpoint(engine)
     state = restored or TrainState()
     start_step = state.step
@@ -185,7 +193,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
                                f"{state.micro_batches_done} micro-batches, planned {micro_per_epoch}")
 
     peak, model_state = _all_reduce([peak_memory_mib(), state_bytes.get("total", 0)], "MAX")
-    state.summary = {"steps": state.step, "resumed_from_step": start_step if restored else None,
+    state.summary = {"steps": state.step, "precision": precision, "resumed_from_step": start_step if restored else None,
                      "final_loss": state.history[-1]["loss"] if state.history else None,
                      "peak_memory_mib": peak, "model_state_mib_per_rank": model_state / 2**20,
                      "model_state_bytes_rank0": state_bytes}

@@ -33,6 +33,7 @@ from raypipe.settings.training import TrainConfig, TrainStage
 from raypipe.training.data import StepPlan, encode_dataset, plan_steps
 from raypipe.training.deepspeed_config import load_deepspeed_config
 from raypipe.training.harness import choose_gpu, fit_and_export
+from raypipe.training.precision import trains_in_bf16
 from raypipe.training.spans import SPAN_KINDS
 
 logger = logging.getLogger(__name__)
@@ -65,12 +66,6 @@ def check_positions(tc: TrainConfig, which: str, base: str) -> None:
                           f"base model {base} (max_position_embeddings in {config})")
 
 
-def _bf16(tc: TrainConfig, use_gpu: bool) -> bool:
-    """`auto` is decided from the cluster, not from the driver, which often runs on a CPU-only head node:
-    bf16 on GPU workers (Self-RAG App. B.1), fp32 on CPU workers."""
-    return use_gpu if tc.precision == "auto" else tc.precision == "bf16"
-
-
 @dataclass
 class StageData:
     """A stage's encoded training set and the step plan derived from its row count."""
@@ -100,7 +95,7 @@ def fit_stage(tc: TrainConfig, stage: TrainStage, base_model: str, data: StageDa
 
     start = time.perf_counter()
     use_gpu = choose_gpu(tc)
-    bf16 = _bf16(tc, use_gpu)
+    bf16 = trains_in_bf16(tc.precision, use_gpu)
     ds_config = load_deepspeed_config(tc, bf16=bf16)
     plan = data.plan
     total = plan.total_steps(stage.epochs)
@@ -115,7 +110,7 @@ def fit_stage(tc: TrainConfig, stage: TrainStage, base_model: str, data: StageDa
     }
     logger.info("stage %s: %d rows, global batch %d, %d steps/epoch, %d steps, %s, ZeRO-%d, %d %s workers",
                 stage.name, plan.rows, plan.global_batch, plan.steps_per_epoch, total,
-                "bf16" if bf16 else "fp32", tc.zero_stage, tc.num_workers, "GPU" if use_gpu else "CPU")
+                "bf16" if bf16 else "fp32 weights", tc.zero_stage, tc.num_workers, "GPU" if use_gpu else "CPU")
     state = fit_and_export(
         train_loop_per_worker, loop_config, tc, use_gpu=use_gpu, run_name=stage.name,
         storage=work_dir / "checkpoints", export_dir=export_dir, what=f"training stage {stage.name!r}",
@@ -129,7 +124,7 @@ def fit_stage(tc: TrainConfig, stage: TrainStage, base_model: str, data: StageDa
         "epochs": stage.epochs, "trainable_layers": stage.layers(tc.trainable_layers) or "all",
         "num_workers": tc.num_workers, "zero_stage": tc.zero_stage,
         "prompt_format": prompt_format,
-        "precision": "bf16" if bf16 else "fp32", "encode": data.encode_stats,
+        "encode": data.encode_stats,
         "plan": {"global_batch": plan.global_batch, "steps_per_epoch": plan.steps_per_epoch,
                  "rows_unused_per_epoch": plan.rows_unused_per_epoch, "total_steps": total},
         "first_loss": history[0]["loss"] if history else None, **state.summary,

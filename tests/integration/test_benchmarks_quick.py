@@ -18,7 +18,8 @@ from tests import bench_quick
 REQUIRED = {
     "retrieval": ["n_passages", "recall_at_10", "qps_ratio_vs_flat", "embed_ratio_2_vs_1_actor"],
     "critic": ["batched_vs_single_ratio", "actors_2_vs_1_ratio"],
-    "training": ["tokens_per_s_1_worker", "tokens_per_s_2_workers", "zero3_vs_ddp_model_state_ratio", "gemm_gflops"],
+    "training": ["tokens_per_s_1_worker", "tokens_per_s_2_workers", "zero3_vs_ddp_model_state_ratio", "gemm_gflops",
+                 "autocast_vs_fp32_tokens_per_s_ratio"],
     "decoding": ["batched_vs_sequential_ratio", "outputs_identical", "reflection_overhead"],
     "serve_load": ["rps_1_replica", "rps_2_replicas", "p95_ms_1_replica", "p95_ms_2_replicas", "errors",
                    "replicas_over_time", "scaled_up", "scaled_down"],

@@ -14,7 +14,9 @@ from raypipe.config import RaypipeConfig
 from raypipe.critic.agreement import agreement_report
 from raypipe.critic.dataset import run_label
 from raypipe.critic.encoder import MANIFEST, EncoderCritic
+from raypipe.critic.encoder_train import STATS_FILE
 from raypipe.critic.predict import make_predictor
+from raypipe.training.precision import cpu_computes_bf16
 from raypipe.training.trainer import SUCCESS, run_train
 
 pytestmark = pytest.mark.slow
@@ -52,6 +54,9 @@ def test_encoder_critic_beats_the_majority_label_on_every_aspect(ray_cluster, wo
     # the shared classifier loop logged every step (what the demo's progress counter reads)
     steps = [json.loads(line)["step"] for line in (out / "logs" / "critic.metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(1, summary["steps"] + 1))
+    # precision `auto`, decided on the worker: bf16 products where this CPU has them natively
+    stats = json.loads((out / STATS_FILE).read_text())
+    assert stats["train"]["precision"] == ("autocast" if cpu_computes_bf16() else "fp32")
     assert isinstance(make_predictor(out, device="cpu"), EncoderCritic)
 
     report = agreement_report(out, tmp_path / "critic_data", show=False)

@@ -1,0 +1,37 @@
+"""What a training worker computes in: fp32, bf16 throughout (weights, gradients, DeepSpeed's bf16
+optimizer), or fp32 weights with bf16 matrix products under `torch.autocast` (mixed precision).
+
+`auto` follows the hardware of the workers, not of the driver, which often runs on a CPU-only head
+node: bf16 on GPU workers (Self-RAG App. B.1); on CPU workers, autocast where the CPU multiplies bf16
+natively (AVX512-BF16 or AMX), else fp32. Measured on a 2-core AVX512-BF16 host (docs/training.md,
+"Precision"): a SmolLM2 step with its top 8 layers trained 1.6-1.8x faster under autocast, the MiniLM
+critic's 1.4x; on a CPU without those instructions oneDNN emulates bf16, and bf16 ran 5.8x slower
+than fp32. Whole-model bf16 stays off on CPU: fp32 master weights keep small updates that bf16
+weights would round away.
+"""
+
+from __future__ import annotations
+
+from raypipe.settings.training import Precision
+
+
+def cpu_computes_bf16() -> bool:
+    """Whether this CPU has native bf16 matrix instructions (AVX512-BF16 or AMX tiles)."""
+    import torch
+
+    # torch exposes these checks only as torch.cpu's underscore helpers (2.13); they read CPUID, which is
+    # what oneDNN itself dispatches on
+    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+
+
+def trains_in_bf16(precision: Precision, use_gpu: bool) -> bool:
+    """Weights, gradients and optimizer in bf16 (decided on the driver from the cluster's GPUs)."""
+    return use_gpu if precision == "auto" else precision == "bf16"
+
+
+def worker_autocasts(precision: Precision, use_gpu: bool) -> bool:
+    """Whether this worker runs its forward and backward under bf16 autocast; called on the worker,
+    since the CPU that decides `auto` is the worker's."""
+    if precision == "auto":
+        return not use_gpu and cpu_computes_bf16()
+    return precision == "autocast"
