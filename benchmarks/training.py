@@ -19,12 +19,12 @@ Every run also records the CPU's GEMM rate in fp32 and bf16 (`gemm_gflops`): a C
 reports no AVX512-BF16 or AMX capability (`cpu_capability`) has no bf16 matrix kernels, so bf16 training
 is several times slower than fp32 there and CPU runs train in fp32.
 
-All three runs train the same tiny model on the same encoded critic-style data (encoded once).
+All runs train the same model on the same encoded critic-style data (encoded once).
 Throughput counts every optimizer step but the first (warm-up).
 
 `--model DIR` measures (2) and (3) only, on a real model folder (e.g. the imported SmolLM2, 134.5M parameters in
 matrices of 0.3M-28M elements, where partitioning dominates): a few steps of ZeRO-3 and of DDP at 2
-workers, written to `training_<folder>_<precision>.json`.
+workers and of the two one-worker runs of (3), written to `training_<folder>_<precision>.json`.
 
     python -m benchmarks.training            # full run
     python -m benchmarks.training --quick    # ~1-1.5 min, most of it Ray Train worker start-up
