@@ -246,6 +246,7 @@ def _build_parser() -> argparse.ArgumentParser:
 def print_summary(title: str, stats: dict[str, Any]) -> None:
     """A two-column table of a job's stats (nested dicts flattened with dots)."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title=title, show_header=True, header_style="bold")
@@ -261,7 +262,7 @@ def print_summary(title: str, stats: dict[str, Any]) -> None:
                 value = f"{value:,.4g}"
             elif isinstance(value, int):
                 value = f"{value:,}"
-            table.add_row(prefix, str(value))
+            table.add_row(escape(prefix), escape(str(value)))  # text, not Rich markup
 
     add("", stats)
     Console().print(table)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console, Group
+from rich.markup import escape
 from rich.rule import Rule
 from rich.table import Table
 
@@ -209,6 +210,7 @@ def _last_record(logs_dir: Path, since: float) -> dict[str, Any] | None:
 def stage_table(title: str, stats: dict[str, Any], clip: bool = True) -> Table:
     """One row per top-level stat (per second-level one for a dict of dicts); deeper dicts folded
     into `key=value` lists, empty values left out, each cut to MAX_VALUE_CHARS unless `clip` is off.
+    Stats are text, not Rich markup: a list-like value (`[factual_qa, ...]`) prints as it is.
     Keeps a stage's table to a handful of lines (the full stats are in the stage's output folder)."""
     table = Table(title=title, show_header=False, title_justify="left", box=None, padding=(0, 1))
     table.add_column("stat", style="bold", no_wrap=True)
@@ -219,9 +221,9 @@ def stage_table(title: str, stats: dict[str, Any], clip: bool = True) -> Table:
         if isinstance(value, dict) and all(isinstance(v, dict) for v in value.values()):
             for sub, inner in value.items():  # e.g. one row per critic aspect
                 if not _empty(inner):
-                    table.add_row(f"{key}.{sub}", _clip(_fold(inner), clip))
+                    table.add_row(escape(f"{key}.{sub}"), escape(_clip(_fold(inner), clip)))
         else:
-            table.add_row(str(key), _clip(_fold(value), clip))
+            table.add_row(escape(str(key)), escape(_clip(_fold(value), clip)))
     return table
 
 
@@ -337,11 +339,12 @@ def closing_block(cfg: RaypipeConfig, metrics: dict[str, Any], ray_logs: str | N
     steps.add_column("what", style="bold", no_wrap=True)
     steps.add_column("how", overflow="fold")
     steps.add_row("results", f"{cfg.eval.out_dir}/ (metrics.json, results.md): docs/evaluation.md")
-    steps.add_row("serve it", f"{_same_config('serve', argv)}: docs/serving.md")
+    # escaped: the command and the log path are text, not Rich markup (`--set 'x=[a, b]'` printed as `x=`)
+    steps.add_row("serve it", f"{escape(_same_config('serve', argv))}: docs/serving.md")
     steps.add_row("all methods", "raypipe eval -c configs/results_table.yaml: docs/evaluation.md")
     steps.add_row("on a cluster", "cluster/ray-cluster.yaml + configs/paper_7b.yaml: docs/cluster.md")
     steps.add_row("all docs", "docs/README.md; every setting: docs/configuration.md")
     if ray_logs:
-        steps.add_row("Ray logs", ray_logs)
+        steps.add_row("Ray logs", escape(ray_logs))
     crag = crag_table(metrics)
     return Group(Rule("[bold]demo: results"), accuracy_table(metrics), *([crag] if crag else []), steps)

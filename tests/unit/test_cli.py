@@ -237,3 +237,8 @@ def test_serve_methods_default_to_their_first_unless_told():
 def test_serve_unknown_method_is_an_error_naming_the_key():
     with pytest.raises(ConfigError, match=r"serve\.methods\.1"):
         _serve("--methods", "selfrag,vanilla")
+
+
+def test_print_summary_prints_list_like_values_as_they_are(capsys):
+    cli.print_summary("stats", {"sampling": {"qa_datasets": "[factual_qa, multiple_choice]"}})
+    assert "[factual_qa, multiple_choice]" in capsys.readouterr().out

@@ -42,6 +42,11 @@ def test_stage_table_folds_nested_stats_into_one_row_per_key():
                     "instances_read", "seconds"]
 
 
+def test_stage_table_prints_list_like_values_as_they_are():
+    text = "\n".join(_render({"qa_datasets": "[factual_qa, multiple_choice]", "[path]": 1}))
+    assert "[factual_qa, multiple_choice]" in text and "[path]" in text
+
+
 def test_last_record_reads_the_newest_complete_line(tmp_path):
     started = time.time() - 1
     assert _last_record(tmp_path, since=started) is None
@@ -106,6 +111,16 @@ def test_the_demo_closes_with_the_eval_table_qa_first_by_readable_names_then_nex
     assert "configs/results_table.yaml" in text and "docs/cluster.md" in text and "docs/configuration.md" in text
     assert "/tmp/ray/session_x/logs" in steps["Ray"]
     assert len(lines) <= 25
+
+
+def test_the_serve_command_keeps_a_list_override_whole():
+    """A list value is text, not Rich markup: it printed as `'x=` before."""
+    override = "augment.sampling.qa_datasets=[factual_qa, fact_verification]"
+    lines = _closing(["raypipe", "demo", "--set", override], None)
+    start = next(i for i, line in enumerate(lines) if line.lstrip().startswith("serve it"))
+    end = next(i for i, line in enumerate(lines) if line.lstrip().startswith("all methods"))
+    serve = " ".join(line.strip() for line in lines[start:end])  # the row, folded over lines
+    assert f"'{override}'" in serve
 
 
 def test_the_closing_block_leaves_out_ray_logs_shown_on_the_terminal():
