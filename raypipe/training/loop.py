@@ -133,7 +133,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     if config["use_gpu"]:
         torch.cuda.set_device(ray.train.torch.get_device())
     autocast = worker_autocasts(tc.precision, config["use_gpu"])
-    precision = "autocast" if autocast else config["dtype"].replace("bfloat16", "bf16").replace("float32", "fp32")
+    precision = "autocast" if autocast else "bf16" if config["dtype"] == "bfloat16" else "fp32"
     if rank == 0:
         logger.info("precision: %s", precision)
     engine, tokenizer = _build_engine(config, tc, stage, autocast)
