@@ -111,6 +111,9 @@ class TrainConfig(Section):
     log_every: int = Field(10, ge=1)
     #: rows in each worker's per-epoch shuffle buffer (seeded by seed + epoch, so resumable)
     shuffle_buffer_rows: int = Field(1024, ge=1)
+    #: cut each worker's micro-batches from windows of 16 micro-batches' worth of shuffled rows sorted
+    #: by length, in a shuffled order (raypipe.training.batching): less padding, the same rows per epoch
+    group_by_length: bool = False
     #: worker-group restarts from the latest checkpoint before the run fails (-1: unlimited)
     max_failures: int = Field(0, ge=-1)
     #: seeds the initialisation and the data order

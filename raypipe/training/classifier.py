@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from raypipe.settings.training import Precision
+from raypipe.training.batching import SIZE_WINDOW_BATCHES, size_sorted_batches
 from raypipe.training.checkpoint import MODEL_DIR, TrainState
 from raypipe.training.harness import WorkerSettings, choose_gpu, fit_and_export
 from raypipe.training.precision import worker_autocasts
@@ -79,29 +80,24 @@ def model_device(model: Any) -> Any:
     return next(model.parameters()).device
 
 
-#: rows sorted by size together when a task gives sizes: wide enough that most batches are of one
-#: length, narrow enough that a batch still mixes aspects and labels from all over the data
-SIZE_WINDOW_BATCHES = 16
-
-
 def epoch_batches(rows: list[dict[str, Any]], epoch: int, rank: int, world: int, batch_size: int,
                   seed: int, sizes: list[int] | None = None) -> list[list[dict[str, Any]]]:
     """This rank's batches of one epoch: a shuffle seeded by seed + epoch, dealt round-robin, so a
     resumed worker sees the same batches in the same order. With `sizes` (one per row), each window of
     SIZE_WINDOW_BATCHES batches is sorted by size before it is cut, and the batches are shuffled
-    again: padding falls (on CPU a step costs what its longest row costs) while every batch still
-    draws from the whole data. Ours: the usual "group by length" of sequence-classification trainers."""
+    again (`raypipe.training.batching`)."""
     rng = random.Random(seed + epoch)
     order = list(range(len(rows)))
     rng.shuffle(order)
     mine = order[rank::world]
-    if sizes is not None:
+    if sizes is None:
+        batches = [mine[b:b + batch_size] for b in range(0, len(mine), batch_size)]
+    else:
         window = batch_size * SIZE_WINDOW_BATCHES
-        mine = [i for w in range(0, len(mine), window) for i in sorted(mine[w:w + window], key=sizes.__getitem__)]
-    batches = [[rows[i] for i in mine[b:b + batch_size]] for b in range(0, len(mine), batch_size)]
-    if sizes is not None:
+        batches = [batch for w in range(0, len(mine), window)
+                   for batch in size_sorted_batches(mine[w:w + window], sizes.__getitem__, batch_size)]
         rng.shuffle(batches)
-    return batches
+    return [[rows[i] for i in batch] for batch in batches]
 
 
 def steps_per_epoch(n_rows: int, world: int, batch_size: int) -> int:

@@ -12,13 +12,16 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from raypipe.runtime import WORKER_ENV, use_installed_ninja
 from raypipe.settings.training import TrainConfig, TrainStage
+from raypipe.training.batching import SIZE_WINDOW_BATCHES, length_grouped_micro_batches
 from raypipe.training.checkpoint import MODEL_DIR, TrainState, restore_checkpoint, save_checkpoint
 from raypipe.training.precision import worker_autocasts
 
@@ -32,6 +35,17 @@ def _param_groups(model: Any, weight_decay: float) -> list[dict[str, Any]]:
     decay = [p for p in trainable if p.ndim >= 2]
     no_decay = [p for p in trainable if p.ndim < 2]
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def micro_batches(shard: Any, tc: TrainConfig, epoch: int) -> Iterator[dict[str, Any]]:
+    """One epoch of this worker's shard in micro-batches, shuffled by a buffer seeded with seed + epoch
+    (so a resumed worker can skip exactly the consumed ones), length-grouped if the config asks."""
+    window = tc.micro_batch_size * (SIZE_WINDOW_BATCHES if tc.group_by_length else 1)
+    batches = shard.iter_batches(batch_size=window, batch_format="numpy", drop_last=not tc.group_by_length,
+                                 local_shuffle_buffer_size=tc.shuffle_buffer_rows, local_shuffle_seed=tc.seed + epoch)
+    if not tc.group_by_length:
+        return iter(batches)
+    return length_grouped_micro_batches(batches, tc.micro_batch_size, random.Random(tc.seed + epoch))
 
 
 def _build_engine(config: dict[str, Any], tc: TrainConfig, stage: TrainStage, autocast: bool) -> tuple[Any, Any]:
@@ -150,9 +164,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     meter = StepMeter()
 
     while state.step < total:
-        batches = shard.iter_batches(batch_size=tc.micro_batch_size, batch_format="numpy", drop_last=True,
-                                     local_shuffle_buffer_size=tc.shuffle_buffer_rows,
-                                     local_shuffle_seed=tc.seed + state.epoch)
+        batches = micro_batches(shard, tc, state.epoch)
         epoch_end = False
         for index, batch in enumerate(batches):
             if index < state.micro_batches_done:

@@ -27,6 +27,7 @@ REQUIRED = {
                 "ceiling_vs_sequential"],
     "faults": ["faults", "failure_detection"],
     "self_reasoning": ["sr_vs_selfrag_time_ratio", "trajectory_parse_rate", "sr_seconds_per_question"],
+    "length_grouping": ["padding_ratio_grouped_vs_plain", "tokens_per_s_grouped_vs_plain"],
     "crag": ["evaluator_batched_vs_single", "crag_vs_rag_time_ratio", "selfcrag_vs_selfrag_time_ratio",
              "selfrag_vs_rag_time_ratio"],
 }

@@ -185,7 +185,7 @@ def test_generator_stages_apply_their_masks_and_a_crashed_run_resumes(ray_cluste
               TrainStage(name="full", lr=1e-3, mask=["prompt"], epochs=0.25)]
     cfg = RaypipeConfig(training=TrainingConfig(
         generator=_train_config(tiny_model_dir, data, out, stages, GeneratorTrainConfig, checkpoint_every=2,
-                                max_failures=0)))
+                                max_failures=0, group_by_length=True)))
 
     # a worker process SIGKILLed once the first checkpoint is registered; no retries allowed, so the run fails
     kills: list[Kill] = []
@@ -199,7 +199,8 @@ def test_generator_stages_apply_their_masks_and_a_crashed_run_resumes(ray_cluste
     assert not (out / "stages" / "masked" / "_SUCCESS").exists()
     summary = run_train(cfg, "generator")
 
-    # the rerun picked the first stage up at its latest registered checkpoint and finished both stages
+    # the rerun picked the first stage up at its latest registered checkpoint and finished both stages,
+    # its length-grouped micro-batches (a window of 64 rows per worker's 48) counted as plain ones are
     resumed = summary["stage masked"]["resumed_from_step"]
     assert resumed is not None and kills[0].checkpoint_step <= resumed <= kills[0].step_logged and resumed % 2 == 0
     reruns = [r for r in _metrics(out / "logs" / "masked.metrics.jsonl") if r["attempt_start_step"] == resumed]
