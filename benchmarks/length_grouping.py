@@ -7,7 +7,8 @@ The data is a D_gen folder (augmentation's output) read as the generator reads i
 the `--datasets` subset, prompt and passages masked. The model is trained as the demo's generator is:
 one worker, ZeRO stage 0, the top `--trainable-layers`, the precision `auto` picks.
 
-    python -m benchmarks.length_grouping --model runs/demo/models/smollm2 --data runs/demo/gen_data/data
+    python -m benchmarks.length_grouping     # the demo's SmolLM2 and D_gen (after `make demo`)
+    python -m benchmarks.length_grouping --model runs/ls_lm/models/smollm2 --data runs/ls_lm/gen_data/data
     python -m benchmarks.length_grouping --quick    # a tiny model on generated rows of 1-12 sentences
 """
 
@@ -67,8 +68,10 @@ def padding_ratio(dataset: Any, tc: Any) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.length_grouping", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a tiny model on generated rows, 4 steps")
-    parser.add_argument("--model", type=Path, help="the base model folder (the imported SmolLM2)")
-    parser.add_argument("--data", type=Path, help="a D_gen folder of parquet files")
+    parser.add_argument("--model", type=Path, default=Path("runs/demo/models/smollm2"),
+                        help="the base model folder (default: the demo's imported SmolLM2)")
+    parser.add_argument("--data", type=Path, default=Path("runs/demo/gen_data/data"),
+                        help="a D_gen folder of parquet files (default: the demo's)")
     parser.add_argument("--datasets", nargs="+", default=DEMO_DATASETS, help="the rows' datasets to train on")
     parser.add_argument("--steps", type=int, default=20, help="optimizer steps per batching (default 20)")
     parser.add_argument("--trainable-layers", type=int, default=8, metavar="N", help="train the top N layers (8)")
@@ -78,10 +81,10 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     for noisy in ("ray", "ray.data", "ray.train"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    if not args.quick and (args.model is None or args.data is None):
-        parser.error("--model and --data are needed (or --quick)")
-    if args.model is not None and not (args.model / "config.json").is_file():
-        parser.error(f"--model {args.model}: not an HF model folder (no config.json)")
+    if not args.quick and not (args.model / "config.json").is_file():
+        parser.error(f"--model {args.model}: not an HF model folder (no config.json); `make demo` writes the default")
+    if not args.quick and not args.data.is_dir():
+        parser.error(f"--data {args.data}: no such folder; `make demo` writes the default")
 
     import ray
 
@@ -122,8 +125,8 @@ def main() -> None:
         ray.shutdown()
 
     plain, grouped = runs["plain"], runs["grouped"]
-    payload = {"mode": "quick" if args.quick else "full", "model": str(args.model or "tiny"),
-               "data": str(args.data or "generated"), "datasets": args.datasets,
+    payload = {"mode": "quick" if args.quick else "full", "model": "tiny" if args.quick else str(args.model),
+               "data": "generated" if args.quick else str(args.data), "datasets": args.datasets,
                "rows": encoded.encode_stats["rows_train"], "steps": steps,
                "micro_batch_size": micro_batch_size, "trainable_layers": layers, "runs": runs,
                "padding_ratio_grouped_vs_plain": round(grouped["padded_per_real_token"]
