@@ -1,10 +1,10 @@
 """Batches of rows of similar length, for both training loops (the classifiers' and the LMs').
 
 On CPU a step costs what its longest row costs times the batch size: on the demo's D_gen subset
-(rows of 58-185 SmolLM2 tokens) shuffled batches of 16 carry 1.37 padded tokens per real token, and
-batches cut from windows of 256 rows sorted by length 1.03. A window is wide enough that most of its
-batches hold rows of one length and narrow enough that the batches still draw from all over the
-data; the batches are then shuffled, so short and long ones alternate through the epoch. Ours: the
+(rows of 58-185 SmolLM2 tokens) shuffled batches of 16 carry 1.38 padded tokens per real token, and
+batches cut from windows of 256 rows sorted by length 1.04 (benchmarks/length_grouping.py). A window
+is wide enough that most of its batches hold rows of one length and narrow enough that the batches
+still draw from all over the data; the batches are then shuffled, so short and long ones alternate through the epoch. Ours: the
 usual "group by length" of sequence trainers (Hugging Face's `group_by_length` sampler), which works on
 a whole in-memory data set, while the LM loop streams its shard from Ray Data one window at a time.
 """
