@@ -30,9 +30,8 @@ logger = logging.getLogger("benchmarks.length_grouping")
 
 #: the --quick run's tiny base model
 QUICK_MODEL = {"hidden": 64, "layers": 2, "vocab": 512}
-#: the demo generator's training subset (raypipe/demo.yaml, training.generator.datasets)
-DEMO_DATASETS = ["factual_qa", "fact_verification", "multiple_choice", "instruct_arith", "instruct_string",
-                 "instruct_creative"]
+#: the demo's config (raypipe/demo.yaml): its generator's subset and shape are the defaults
+DEMO_CONFIG = Path(__file__).resolve().parents[1] / "raypipe" / "demo.yaml"
 
 
 def write_quick_rows(work: Path, n: int = 512) -> tuple[Path, list[dict[str, str]]]:
@@ -66,17 +65,22 @@ def padding_ratio(dataset: Any, tc: Any) -> float:
 
 
 def main() -> None:
+    from raypipe.config import load_config
+
+    demo = load_config(DEMO_CONFIG).training.generator
     parser = argparse.ArgumentParser(prog="python -m benchmarks.length_grouping", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a tiny model on generated rows, 4 steps")
     parser.add_argument("--model", type=Path, default=Path("runs/demo/models/smollm2"),
                         help="the base model folder (default: the demo's imported SmolLM2)")
     parser.add_argument("--data", type=Path, default=Path("runs/demo/gen_data/data"),
                         help="a D_gen folder of parquet files (default: the demo's)")
-    parser.add_argument("--datasets", nargs="+", default=DEMO_DATASETS, help="the rows' datasets to train on")
+    parser.add_argument("--datasets", nargs="+", default=demo.datasets,
+                        help="the rows' datasets to train on (default: the demo generator's)")
     parser.add_argument("--steps", type=int, default=20, help="optimizer steps per batching (default 20)")
-    parser.add_argument("--trainable-layers", type=int, default=8, metavar="N", help="train the top N layers (8)")
-    parser.add_argument("--micro-batch-size", type=int, default=16)
-    parser.add_argument("--max-length", type=int, default=256)
+    parser.add_argument("--trainable-layers", type=int, default=demo.trainable_layers, metavar="N",
+                        help=f"train the top N layers (the demo generator's: {demo.trainable_layers})")
+    parser.add_argument("--micro-batch-size", type=int, default=demo.micro_batch_size)
+    parser.add_argument("--max-length", type=int, default=demo.max_length)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     for noisy in ("ray", "ray.data", "ray.train"):

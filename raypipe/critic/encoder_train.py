@@ -17,7 +17,6 @@ the rows are D_critic's, so both critic kinds learn from the same labels.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections import Counter
@@ -34,12 +33,11 @@ from raypipe.errors import ConfigError, DataError
 from raypipe.prompts import ASPECT_LABELS, Aspect
 from raypipe.settings.training import CriticTrainConfig
 from raypipe.training.classifier import ClassifierRun, ClassifierTask, fit_classifier, model_device
+from raypipe.training.finished import finished_summary, mark_finished
 from raypipe.training.trainer import check_positions
 
 logger = logging.getLogger(__name__)
 
-SUCCESS = "_SUCCESS"
-STATS_FILE = "train_stats.json"
 _RUN_NAME = "critic"
 
 
@@ -154,9 +152,8 @@ def run_train_encoder_critic(cfg: RaypipeConfig) -> dict[str, Any]:
 
     tc = cfg.training.critic
     out = Path(tc.out_dir).resolve()
-    if (out / SUCCESS).exists():
-        logger.info("%s already trained (%s exists); delete the folder to retrain", out, out / SUCCESS)
-        return {**json.loads((out / STATS_FILE).read_text())["summary"], "skipped": True}
+    if (done := finished_summary(out)) is not None:
+        return done
     data = Path(tc.data).resolve()
     train = read_split(data.parent, data.name)  # fails here, naming the fix, on a missing or pre-`example` split
     _check_targets(train, data)
@@ -174,7 +171,5 @@ def run_train_encoder_critic(cfg: RaypipeConfig) -> dict[str, Any]:
     weights = None if task.class_weights is None else {
         aspect.value: {label: round(task.class_weights[target_index(aspect, label)], 4)
                        for label in ASPECT_LABELS[aspect]} for aspect in Aspect}
-    (out / STATS_FILE).write_text(json.dumps({"summary": summary, "class_weights": weights, "train": trained},
-                                             indent=1))
-    (out / SUCCESS).touch()
+    mark_finished(out, {"summary": summary, "class_weights": weights, "train": trained})
     return summary

@@ -30,11 +30,10 @@ from raypipe.evaluator_training.task import EvaluatorTask
 from raypipe.methods.crag.retrieval_evaluator import MANIFEST, OUTPUT, CrossEncoderRetrievalEvaluator
 from raypipe.settings.crag_tools import EvaluatorTrainConfig
 from raypipe.training.classifier import ClassifierRun, fit_classifier
+from raypipe.training.finished import finished_summary, mark_finished
 
 logger = logging.getLogger(__name__)
 
-SUCCESS = "_SUCCESS"
-STATS_FILE = "train_stats.json"
 REPORT_FILE = "report.json"
 _RUN_NAME = "evaluator"
 
@@ -63,9 +62,8 @@ def run_train_evaluator(cfg: RaypipeConfig) -> dict[str, Any]:
 
     tc = cfg.crag.train
     out, data = Path(tc.out_dir).resolve(), Path(tc.data_dir).resolve()
-    if (out / SUCCESS).exists():
-        logger.info("%s already trained (%s exists); delete the folder to retrain", out, out / SUCCESS)
-        return {**json.loads((out / STATS_FILE).read_text())["summary"], "skipped": True}
+    if (done := finished_summary(out)) is not None:
+        return done
     if not (Path(cfg.world.out_dir) / "_SUCCESS").exists():
         raise ConfigError(f"world.out_dir: no finished world at {cfg.world.out_dir} (run `raypipe data synth`)")
     base = _base_model(tc)
@@ -93,7 +91,5 @@ def run_train_evaluator(cfg: RaypipeConfig) -> dict[str, Any]:
                "final_loss": trained.get("final_loss"), "resumed_from_step": trained.get("resumed_from_step"),
                "heldout_accuracy": rep["accuracy"], "confusion": rep["confusion"],
                "seconds": round(time.perf_counter() - start, 1)}
-    (out / STATS_FILE).write_text(json.dumps({"summary": summary, "data": data_stats, "train": trained,
-                                              "report": rep}, indent=1))
-    (out / SUCCESS).touch()
+    mark_finished(out, {"summary": summary, "data": data_stats, "train": trained, "report": rep})
     return summary

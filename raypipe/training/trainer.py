@@ -32,14 +32,13 @@ from raypipe.prompts import PromptFormatName
 from raypipe.settings.training import TrainConfig, TrainStage
 from raypipe.training.data import StepPlan, encode_dataset, plan_steps
 from raypipe.training.deepspeed_config import load_deepspeed_config
+from raypipe.training.finished import STATS_FILE, SUCCESS, finished_summary, mark_finished, read_stats
 from raypipe.training.harness import choose_gpu, fit_and_export
 from raypipe.training.precision import trains_in_bf16
 from raypipe.training.spans import SPAN_KINDS
 
 logger = logging.getLogger(__name__)
 
-SUCCESS = "_SUCCESS"
-STATS_FILE = "train_stats.json"
 WHICH = ("critic", "generator", "self_reasoning")
 
 
@@ -167,9 +166,8 @@ def run_train(cfg: RaypipeConfig, which: str) -> dict[str, Any]:
     _validate(tc, which)
     load_deepspeed_config(tc, bf16=False)  # a bad template fails now, not after encoding the data
     out = Path(tc.out_dir).resolve()
-    if (out / SUCCESS).exists():
-        logger.info("%s already trained (%s exists); delete the folder to retrain", out, out / SUCCESS)
-        return {**json.loads((out / STATS_FILE).read_text())["summary"], "skipped": True}
+    if (done := finished_summary(out)) is not None:
+        return done
     base = str(Path(tc.base_model).resolve())
     # fail here, not inside a Ray task, on a missing or broken base model
     prompt_format = resolve_format(tc.prompt_format, base, load_tokenizer(base))
@@ -181,7 +179,7 @@ def run_train(cfg: RaypipeConfig, which: str) -> dict[str, Any]:
         export_dir = out if last else out / "stages" / stage.name
         if not last and (export_dir / SUCCESS).exists():
             logger.info("stage %s already exported to %s; skipping", stage.name, export_dir)
-            stats = json.loads((export_dir / STATS_FILE).read_text())
+            stats = read_stats(export_dir)
         else:
             stats = fit_stage(tc, stage, base, encode_stage(tc, stage, base, out, prompt_format), export_dir, out,
                               prompt_format)
@@ -190,6 +188,5 @@ def run_train(cfg: RaypipeConfig, which: str) -> dict[str, Any]:
         stages.append(stats)
         base = str(export_dir)
     summary = {"model": str(out), **{f"stage {s['stage']}": _stage_summary(s) for s in stages}}
-    (out / STATS_FILE).write_text(json.dumps({"summary": summary, "stages": stages}, indent=1))
-    (out / SUCCESS).touch()
+    mark_finished(out, {"summary": summary, "stages": stages})
     return summary

@@ -13,12 +13,13 @@ import pytest
 
 from raypipe.config import RaypipeConfig
 from raypipe.data.io import list_data_files
-from raypipe.evaluator_training.train import SUCCESS, run_train_evaluator
+from raypipe.evaluator_training.train import run_train_evaluator
 from raypipe.methods.crag.retrieval_evaluator import CrossEncoderRetrievalEvaluator, as_document
 from raypipe.settings.crag_tools import CRAGConfig, EvaluatorTrainConfig
 from raypipe.settings.data import WorldConfig
 from raypipe.settings.retrieval import RetrievalConfig
 from raypipe.training.classifier import steps_per_epoch
+from raypipe.training.finished import SUCCESS
 from tests.cluster_faults import flat_index
 
 pytestmark = pytest.mark.slow
