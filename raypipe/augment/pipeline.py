@@ -152,7 +152,8 @@ def load_models(kinds: set[str], cfg: RaypipeConfig) -> dict[str, Any]:
     if "critic" in kinds:
         from raypipe.critic.predict import make_predictor
 
-        models["critic"] = make_predictor(cfg.augment.critic, batch_size=cfg.augment.critic_batch_size)
+        models["critic"] = make_predictor(cfg.augment.critic, batch_size=cfg.augment.critic_batch_size,
+                                           precision=cfg.augment.critic_precision)
     if "retriever" in kinds:
         from raypipe.retrieval.retriever import load_retriever
 

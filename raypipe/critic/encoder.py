@@ -29,6 +29,7 @@ import numpy as np
 from raypipe.critic.predict import ReflectionPredictor
 from raypipe.errors import ModelError
 from raypipe.prompts import ASPECT_LABELS, Aspect, CriticExample, critic_prompt
+from raypipe.settings.models import DecodePrecision
 
 logger = logging.getLogger(__name__)
 
@@ -124,13 +125,14 @@ def read_manifest(folder: str | Path) -> dict[str, Any]:
 
 class EncoderCritic(ReflectionPredictor):
     """A trained encoder critic: batches examples longest-first (little padding) and returns each
-    one's aspect distribution, in input order."""
+    one's aspect distribution, in input order; `precision` as the decoding engine's (`engine.precision`)."""
 
-    def __init__(self, folder: str | Path, *, batch_size: int = 64, device: str | None = None):
+    def __init__(self, folder: str | Path, *, batch_size: int = 64, device: str | None = None,
+                 precision: DecodePrecision = "fp32"):
         import torch
 
         from raypipe.critic.encoder_model import load_aspect_heads
-        from raypipe.models import pick_device
+        from raypipe.models.device import decoding_dtype, pick_device
 
         self.folder = Path(folder)
         self.manifest = read_manifest(self.folder)
@@ -138,7 +140,7 @@ class EncoderCritic(ReflectionPredictor):
         self.input_format: InputFormat = self.manifest["input"]
         self.device = device or pick_device()
         model, self.tokenizer = load_aspect_heads(self.folder)
-        self.model = model.to(self.device).eval()
+        self.model = model.to(self.device, dtype=decoding_dtype(precision, self.device)).eval()
         self.batch_size = batch_size
         self._torch = torch
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from raypipe.inference.engines import Engine, make_engine
 from raypipe.prompts import ASPECT_LABELS, Aspect, CriticExample, critic_prompt
-from raypipe.settings.models import EngineConfig
+from raypipe.settings.models import DecodePrecision, EngineConfig
 
 logger = logging.getLogger(__name__)
 
@@ -46,10 +46,11 @@ class CriticPredictor(ReflectionPredictor):
         self.engine = engine
 
     @classmethod
-    def load(cls, model_path: str | Path, batch_size: int = 64, device: str | None = None) -> CriticPredictor:
+    def load(cls, model_path: str | Path, batch_size: int = 64, device: str | None = None,
+             precision: DecodePrecision = "fp32") -> CriticPredictor:
         """The critic at `model_path` on vLLM on a CUDA machine that has it (the `[gpu]` extra), on
         transformers otherwise; `batch_size` prompts per forward pass on transformers."""
-        return cls(make_engine(model_path, EngineConfig(batch_size=batch_size), device=device))
+        return cls(make_engine(model_path, EngineConfig(batch_size=batch_size, precision=precision), device=device))
 
     def distributions(self, examples: Sequence[CriticExample]) -> list[np.ndarray]:
         return self.predict_prompts([critic_prompt(ex) for ex in examples], [ex.aspect for ex in examples])
@@ -70,11 +71,14 @@ class CriticPredictor(ReflectionPredictor):
         return results
 
 
-def make_predictor(model_path: str | Path, batch_size: int = 64, device: str | None = None) -> ReflectionPredictor:
+def make_predictor(model_path: str | Path, batch_size: int = 64, device: str | None = None,
+                   precision: DecodePrecision = "fp32") -> ReflectionPredictor:
     """The critic at `model_path`, of the kind its folder holds: an encoder critic (its manifest,
-    `raypipe.critic.encoder`) or an LM critic (see `CriticPredictor.load`)."""
+    `raypipe.critic.encoder`) or an LM critic (see `CriticPredictor.load`); its weights in the dtype
+    `raypipe.models.device.decoding_dtype` picks for `precision`. fp32 by default: a row's labels then
+    do not depend on the rows batched with it (see `augment.critic_precision`)."""
     from raypipe.critic.encoder import EncoderCritic, is_encoder_critic
 
     if is_encoder_critic(model_path):
-        return EncoderCritic(model_path, batch_size=batch_size, device=device)
-    return CriticPredictor.load(model_path, batch_size=batch_size, device=device)
+        return EncoderCritic(model_path, batch_size=batch_size, device=device, precision=precision)
+    return CriticPredictor.load(model_path, batch_size=batch_size, device=device, precision=precision)

@@ -51,6 +51,10 @@ class LMImportConfig(Section):
     embedding_init: Literal["pieces", "mean"] = "pieces"
 
 
+#: what a decoding model (the generator's engine, the critic) holds its weights in
+DecodePrecision = Literal["auto", "fp32", "bf16"]
+
+
 class EngineConfig(Section):
     """What runs the generator LM in decoding (eval and serving): per process, whatever the method."""
 
@@ -60,3 +64,6 @@ class EngineConfig(Section):
     batch_size: int = Field(16, ge=1)
     #: fraction of GPU memory vLLM may take
     gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0)
+    #: the HF engine's weights: `auto` = bf16 on a GPU that has it and on a CPU that multiplies bf16
+    #: natively (AVX512-BF16 or AMX), else fp32; vLLM picks its own
+    precision: DecodePrecision = "auto"

@@ -12,16 +12,8 @@ weights would round away.
 
 from __future__ import annotations
 
+from raypipe.models.device import cpu_computes_bf16
 from raypipe.settings.training import Precision
-
-
-def cpu_computes_bf16() -> bool:
-    """Whether this CPU has native bf16 matrix instructions (AVX512-BF16 or AMX tiles)."""
-    import torch
-
-    # torch exposes these checks only as torch.cpu's underscore helpers (2.13); they read CPUID, which is
-    # what oneDNN itself dispatches on
-    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
 
 
 def trains_in_bf16(precision: Precision, use_gpu: bool) -> bool:

@@ -119,10 +119,19 @@ def test_distributions_have_the_aspect_labels_in_order_and_sum_to_one(encoder_di
 
 
 def test_batching_and_order_do_not_change_a_distribution(critic_dir):
-    batched = EncoderCritic(critic_dir, batch_size=64, device="cpu").distributions(EXAMPLES)
-    single = EncoderCritic(critic_dir, batch_size=1, device="cpu").distributions(EXAMPLES[::-1])[::-1]
+    batched = EncoderCritic(critic_dir, batch_size=64, device="cpu", precision="fp32").distributions(EXAMPLES)
+    single = EncoderCritic(critic_dir, batch_size=1, device="cpu", precision="fp32").distributions(EXAMPLES[::-1])[::-1]
     for got, want in zip(batched, single, strict=True):
         np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_bf16_weights_keep_the_distributions_close_to_fp32(critic_dir):
+    bf16 = make_predictor(critic_dir, device="cpu", precision="bf16")
+    assert next(bf16.model.parameters()).dtype == torch.bfloat16
+    fp32 = EncoderCritic(critic_dir, device="cpu", precision="fp32").distributions(EXAMPLES)
+    for got, want in zip(bf16.distributions(EXAMPLES), fp32, strict=True):
+        assert got.dtype == np.float64 and got.sum() == pytest.approx(1.0)
+        np.testing.assert_allclose(got, want, atol=0.02)
 
 
 def test_the_folder_keeps_its_layers_and_make_predictor_picks_its_kind(critic_dir):

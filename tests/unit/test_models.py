@@ -30,6 +30,8 @@ from raypipe.models import (
     train_tokenizer,
     world_texts,
 )
+from raypipe.models import device as device_module
+from raypipe.models.device import decoding_dtype
 from raypipe.settings.models import TinyModelConfig
 
 CORPUS = [
@@ -302,3 +304,17 @@ def test_device_and_dtype_follow_the_hardware(monkeypatch):
     assert pick_dtype("cuda") == torch.float16
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert pick_device() == "cpu"
+
+
+@pytest.mark.parametrize(("precision", "device", "native_bf16", "expected"), [
+    ("auto", "cpu", True, torch.bfloat16),    # AVX512-BF16 or AMX: bf16 weights decode faster
+    ("auto", "cpu", False, torch.float32),    # bf16 would be emulated, and slower than fp32
+    ("auto", "cuda", False, torch.float16),   # a GPU without bf16: pick_dtype's choice
+    ("fp32", "cpu", True, torch.float32),
+    ("bf16", "cpu", False, torch.bfloat16),
+])
+def test_the_decoding_dtype_follows_the_setting_and_the_hardware(monkeypatch, precision, device, native_bf16,
+                                                                  expected):
+    monkeypatch.setattr(device_module, "cpu_computes_bf16", lambda: native_bf16)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: False)
+    assert decoding_dtype(precision, device) == expected

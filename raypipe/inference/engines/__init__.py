@@ -44,5 +44,7 @@ def make_engine(model_path: str | Path, cfg: EngineConfig, device: str | None = 
 
         return VLLMEngine(model_path, gpu_memory_utilization=cfg.gpu_memory_utilization)
     from raypipe.inference.engines.hf import HFEngine
+    from raypipe.models.device import decoding_dtype, pick_device
 
-    return HFEngine(model_path, batch_size=cfg.batch_size, device=device)
+    dtype = decoding_dtype(cfg.precision, device or pick_device())
+    return HFEngine(model_path, batch_size=cfg.batch_size, device=device, dtype=dtype)
