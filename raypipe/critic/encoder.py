@@ -125,7 +125,8 @@ def read_manifest(folder: str | Path) -> dict[str, Any]:
 
 class EncoderCritic(ReflectionPredictor):
     """A trained encoder critic: batches examples longest-first (little padding) and returns each
-    one's aspect distribution, in input order; `precision` as the decoding engine's (`engine.precision`)."""
+    one's aspect distribution, in input order; its weights in the dtype `decoding_dtype` picks for
+    `precision` (fp32 by default: see `augment.critic_precision`)."""
 
     def __init__(self, folder: str | Path, *, batch_size: int = 64, device: str | None = None,
                  precision: DecodePrecision = "fp32"):

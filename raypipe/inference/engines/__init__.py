@@ -32,7 +32,7 @@ def engine_kind(requested: str, device: str | None = None) -> str:
 
 def make_engine(model_path: str | Path, cfg: EngineConfig, device: str | None = None) -> Engine:
     """The engine `cfg.kind` names (or picks, for `auto`), loaded on `model_path`; `device` pins the
-    HF engine's device (default: CUDA when visible)."""
+    HF engine's device (default: CUDA when visible), `cfg.precision` its weights' dtype."""
     kind = engine_kind(cfg.kind, device)
     logger.info("generation engine: %s on %s", kind, model_path)
     if kind == "vllm":
