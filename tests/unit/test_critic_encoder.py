@@ -134,6 +134,14 @@ def test_bf16_weights_keep_the_distributions_close_to_fp32(critic_dir):
         np.testing.assert_allclose(got, want, atol=0.02)
 
 
+def test_augmentation_loads_the_critic_in_augment_critic_precision(critic_dir):
+    from raypipe.augment.pipeline import load_models
+
+    for precision, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+        cfg = RaypipeConfig.model_validate({"augment": {"critic": str(critic_dir), "critic_precision": precision}})
+        assert next(load_models({"critic"}, cfg)["critic"].model.parameters()).dtype == dtype
+
+
 def test_the_folder_keeps_its_layers_and_make_predictor_picks_its_kind(critic_dir):
     assert json.loads((critic_dir / "config.json").read_text())["num_hidden_layers"] == 2
     assert (critic_dir / HEADS_FILE).is_file()

@@ -229,3 +229,14 @@ def test_the_kept_prefix_runs_once_per_engine(tiny_model_dir):
             assert long_runs == (1 if reuse else 2), (reuse, widths)
     finally:
         hook.remove()
+
+
+@pytest.mark.parametrize(("precision", "dtype"), [("bf16", torch.bfloat16), ("fp32", torch.float32)])
+def test_make_engine_loads_the_weights_in_the_configured_precision(tiny_model_dir, precision, dtype):
+    from raypipe.inference.engines import make_engine
+    from raypipe.settings.models import EngineConfig
+
+    engine = make_engine(tiny_model_dir, EngineConfig(kind="hf", precision=precision), device="cpu")
+    assert next(engine.model.parameters()).dtype == dtype
+    probs = engine.next_token_probs([PROMPTS[0]], (RELEVANT, GROUP_TOKENS[Group.IS_REL][1]))[0]
+    assert sum(probs.values()) == pytest.approx(1.0)
