@@ -194,21 +194,23 @@ def step_groups(steps: list[Step], layout: str) -> list[list[Step]]:
     return groups
 
 
-def _pool(a: AugmentConfig, kinds: set[str]) -> tuple[int, dict[str, float]]:
-    """Actors and per-actor resources of one step group."""
+def actor_pool(a: AugmentConfig, kinds: set[str]) -> tuple[int, dict[str, float]]:
+    """Actors and per-actor resources (Ray's `num_cpus` or `num_gpus`, and `memory` in bytes for the
+    actors that hold a model) of one step group."""
     import torch
 
     if a.layout == "fused":
-        size, cpus = a.workers, a.worker_cpus
+        size, cpus, memory_gib = a.workers, a.worker_cpus, a.worker_memory_gib
     elif "critic" in kinds:
-        size, cpus = a.critic_actors, a.critic_cpus
+        size, cpus, memory_gib = a.critic_actors, a.critic_cpus, a.critic_memory_gib
     elif "retriever" in kinds:
-        size, cpus = a.retriever_actors, a.retriever_cpus
-    else:
-        size, cpus = 1, a.task_cpus
+        size, cpus, memory_gib = a.retriever_actors, a.retriever_cpus, a.retriever_memory_gib
+    else:  # the splitter (spaCy's rule-based sentencizer by default): no model to make room for
+        return 1, {"num_cpus": a.task_cpus}
+    memory = {"memory": int(memory_gib * 2**30)}
     if "critic" in kinds and torch.cuda.is_available():
-        return size, {"num_gpus": a.critic_gpus}
-    return size, {"num_cpus": cpus}
+        return size, {"num_gpus": a.critic_gpus, **memory}
+    return size, {"num_cpus": cpus, **memory}
 
 
 def build_dataset(files: list[str], cfg: RaypipeConfig):
@@ -225,7 +227,7 @@ def build_dataset(files: list[str], cfg: RaypipeConfig):
     ds = ds.repartition(target_num_rows_per_block=a.batch_size)
     ds = ds.map_batches(validate, fn_kwargs={"limits": cfg.limits}, **{**task, "batch_format": "pyarrow"})
     for group in step_groups(algorithm_steps(a, cfg.retrieval.top_k, cfg.limits), a.layout):
-        size, resources = _pool(a, {kind for kind, _ in group})
+        size, resources = actor_pool(a, {kind for kind, _ in group})
         ds = ds.map_batches(StepRunner, fn_constructor_kwargs={"steps": group, "cfg": cfg}, batch_format="numpy",
                             batch_size=a.batch_size, compute=ActorPoolStrategy(size=size), **resources)
     ds = ds.map_batches(render, fn_kwargs={"cfg": a}, **task)

@@ -90,6 +90,16 @@ class AugmentConfig(Section):
     task_cpus: float = Field(0.25, gt=0)
     #: GPU share of one critic actor when CUDA is present
     critic_gpus: float = Field(0.25, gt=0)
+    #: GiB of memory Ray reserves for one `fused` actor, so that a node gets no more actors than its
+    #: memory holds. Without a request Ray Data assumes ~1 GiB per 0.4 CPU and, every 30 s of a long
+    #: run, warns that the actors use more: on the 150k-instance benchmark world a fused actor
+    #: (encoder critic, MiniLM retriever, 150k-passage Flat index, spaCy) held 1.0-1.2 GiB
+    worker_memory_gib: float = Field(2.0, gt=0)
+    #: GiB reserved for one `staged` critic actor (the weights pass through host memory as they load)
+    critic_memory_gib: float = Field(1.5, gt=0)
+    #: GiB reserved for one `staged` retrieval actor (the index is held in memory unless
+    #: `retrieval.index.mmap`; the passages are memory-mapped)
+    retriever_memory_gib: float = Field(1.5, gt=0)
     #: rows per Ray Data batch
     batch_size: int = Field(256, ge=1)
     #: prompts per critic forward pass
