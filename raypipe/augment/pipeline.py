@@ -45,6 +45,7 @@ from raypipe.config import RaypipeConfig
 from raypipe.data.io import list_data_files, validate_batch, write_jsonl, write_parquet
 from raypipe.data.schemas import INSTANCE_SCHEMA
 from raypipe.errors import ConfigError, DataError
+from raypipe.heap import release_freed_memory
 from raypipe.settings.augment import AugmentConfig
 from raypipe.settings.data import LimitsConfig
 
@@ -175,6 +176,7 @@ class StepRunner:
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         for kind, fn in self.steps:
             batch = _on_good_rows(batch, functools.partial(fn, **{kind: self.models[kind]}))
+        release_freed_memory()  # the batch's tensors are freed: without this the actor's RSS only grows
         return batch
 
 
