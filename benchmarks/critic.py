@@ -94,7 +94,7 @@ def batched_vs_single(model_dir: Path, rows: list[dict], single_rows: int) -> di
     from raypipe.critic.predict import make_predictor
 
     torch.set_num_threads(1)
-    predictor = make_predictor(model_dir, batch_size=BATCH_SIZE, device="cpu")
+    predictor = make_predictor(model_dir, batch_size=BATCH_SIZE, device="cpu", engine_kind="hf")
     sample = rows[:: max(1, len(rows) // single_rows)][:single_rows]  # every aspect, in proportion
     batched = rows_per_second(predictor, rows, one_at_a_time=False)
     single = rows_per_second(predictor, sample, one_at_a_time=True)
@@ -111,7 +111,7 @@ class CriticActor:
         from raypipe.critic.predict import make_predictor
 
         torch.set_num_threads(1)
-        self.predictor = make_predictor(model_dir, batch_size=BATCH_SIZE, device="cpu")
+        self.predictor = make_predictor(model_dir, batch_size=BATCH_SIZE, device="cpu", engine_kind="hf")
 
     def __call__(self, batch: dict) -> dict:
         rows = [{"aspect": a, "example": e} for a, e in zip(batch["aspect"], batch["example"], strict=True)]

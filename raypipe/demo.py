@@ -110,7 +110,8 @@ def _show_agreement(cfg: RaypipeConfig) -> dict[str, Any]:
 
     out_path = Path(cfg.training.critic.out_dir) / "agreement.json"
     # the per-aspect confusion matrices (~50 lines) stay in agreement.json
-    report = agreement_report(cfg.training.critic.out_dir, cfg.label.out_dir, out_path=out_path, show=False)
+    report = agreement_report(cfg.training.critic.out_dir, cfg.label.out_dir, out_path=out_path, show=False,
+                              engine_kind=cfg.augment.critic_engine)
     return {"dev examples": report["n"], "accuracy": f"{100 * report['accuracy']:.1f}%",
             "by aspect": {a: f"{100 * r['accuracy']:.1f}%" for a, r in report["aspects"].items()},
             "confusion matrices": str(out_path)}

@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 MODULE = "tests/integration/test_benchmarks_quick.py"
 #: quick runs at once; the longest first, so that the last one to start is a short one
 PARALLEL = 2
-LONGEST_FIRST = ["training", "serve_load", "retrieval", "faults", "augment", "critic", "crag", "length_grouping",
-                 "decoding", "self_reasoning"]
+LONGEST_FIRST = ["training", "serve_load", "retrieval", "faults", "augment", "engines", "critic", "crag",
+                 "length_grouping", "decoding", "self_reasoning"]
 TIMEOUT_S = 900
 
 

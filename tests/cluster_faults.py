@@ -153,7 +153,7 @@ def write_instance_shards(world_dir: Path, out: Path, shards: int, rows_per_shar
 def augment_argv(inputs: AugmentInputs, out: Path, batch_size: int = 4) -> list[str]:
     """The augment job with sampling off, so every input id must come out exactly once."""
     return [PY, "jobs/augment.py", SECTION_DEFAULTS, f"--set=augment.instances={inputs.instances}",
-            f"--set=augment.critic={inputs.critic}", f"--set=augment.out_dir={out}",
+            f"--set=augment.critic={inputs.critic}", "--set=augment.critic_engine=hf", f"--set=augment.out_dir={out}",
             f"--set=retrieval.index.passages={inputs.passages}", f"--set=retrieval.index.out_dir={inputs.index}",
             f"--set=augment.batch_size={batch_size}", "--set=augment.sampling.drop_no_retrieval=0",
             "--set=augment.sampling.upsample_irrelevant_qa=0", "--set=augment.workers=2",

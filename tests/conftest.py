@@ -81,13 +81,14 @@ def keyword_searcher(world_dir):
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory, world_dir) -> Path:
-    """A tiny Llama + BPE tokenizer with the reflection tokens, trained on the world's texts."""
+    """A tiny Llama + BPE tokenizer with the reflection tokens, trained on the world's texts. Head size 32:
+    the smallest vLLM's CPU attention backend takes."""
     from raypipe.models import build_tiny_model, world_texts
     from raypipe.settings.models import TinyModelConfig
 
     out = tmp_path_factory.mktemp("tiny_model")
     cfg = TinyModelConfig(out_dir=str(out), vocab_size=512, hidden_size=64, intermediate_size=128,
-                          num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=512,
+                          num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=512,
                           tokenizer_train_texts=2000)
     build_tiny_model(cfg, world_texts(world_dir, limit=cfg.tokenizer_train_texts), out)
     return out
@@ -104,3 +105,28 @@ def smollm2_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("smollm2") / "model"
     import_model(LMImportConfig(out_dir=str(out)))
     return out
+
+
+@pytest.fixture(scope="session")
+def vllm_engines():
+    """vLLM engines shared by the whole session, one per (model folder, precision), in eager mode: an
+    engine takes 10-30 s to start, so every test that needs one on the same model shares it. fp32 by
+    default: the precision in which vLLM on a CPU matches the HF engine and repeats itself exactly.
+    Each engine core runs in a child process: in this one it would take torch.distributed's default
+    group, which the in-process DeepSpeed tests need (and may destroy)."""
+    from raypipe.inference.engines.vllm import VLLMEngine
+    from raypipe.models.device import decoding_dtype
+    from raypipe.settings.models import EngineConfig
+
+    started: dict[tuple[str, str], VLLMEngine] = {}
+
+    def get(model_dir: Path, precision: str = "fp32") -> VLLMEngine:
+        key = (str(model_dir), precision)
+        if key not in started:
+            cfg = EngineConfig(kind="vllm", precision=precision, max_model_len=None, in_process=False)
+            started[key] = VLLMEngine(model_dir, cfg, dtype=decoding_dtype(precision, "cpu"))
+        return started[key]
+
+    yield get
+    for engine in started.values():
+        engine.close()  # before pytest closes the streams vLLM's own exit handler would log to

@@ -147,14 +147,15 @@ def algorithm_steps(a: AugmentConfig, top_k: int, limits: LimitsConfig | None = 
 
 
 def load_models(kinds: set[str], cfg: RaypipeConfig) -> dict[str, Any]:
-    """The models `kinds` names: the critic (vLLM on GPU, HF on CPU), the retriever (faiss index and
+    """The models `kinds` names: the critic (an LM critic on `augment.critic_engine`), the retriever (faiss index and
     encoder) and the sentence splitter (spaCy)."""
     models: dict[str, Any] = {}
     if "critic" in kinds:
         from raypipe.critic.predict import make_predictor
 
         models["critic"] = make_predictor(cfg.augment.critic, batch_size=cfg.augment.critic_batch_size,
-                                           precision=cfg.augment.critic_precision)
+                                           precision=cfg.augment.critic_precision,
+                                           engine_kind=cfg.augment.critic_engine)
     if "retriever" in kinds:
         from raypipe.retrieval.retriever import load_retriever
 

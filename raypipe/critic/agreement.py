@@ -19,6 +19,7 @@ import numpy as np
 from raypipe.critic.dataset import read_split, split_examples
 from raypipe.critic.predict import ReflectionPredictor, make_predictor
 from raypipe.prompts import ASPECT_LABELS, Aspect
+from raypipe.settings.models import EngineKind
 
 logger = logging.getLogger(__name__)
 
@@ -41,15 +42,16 @@ def _aspect_report(aspect: Aspect, truth: list[str], predicted: list[str]) -> di
 
 
 def agreement_report(predictor_or_model_path: ReflectionPredictor | str | Path, dev_dir: str | Path, *,
-                     batch_size: int = 64, out_path: str | Path | None = None, show: bool = True
-                     ) -> dict[str, Any]:
-    """Score a critic (a predictor, or a checkpoint folder) against the teacher labels of a dev split.
+                     batch_size: int = 64, out_path: str | Path | None = None, show: bool = True,
+                     engine_kind: EngineKind = "auto") -> dict[str, Any]:
+    """Score a critic (a predictor, or a checkpoint folder, an LM critic then run on `engine_kind`)
+    against the teacher labels of a dev split.
 
     Returns ``{"n", "accuracy", "aspects": {aspect: {"n", "accuracy", "labels", "confusion"}}}``;
     writes it as JSON to `out_path` when given, and prints the tables unless `show` is False.
     """
     predictor = (predictor_or_model_path if isinstance(predictor_or_model_path, ReflectionPredictor)
-                 else make_predictor(predictor_or_model_path, batch_size=batch_size))
+                 else make_predictor(predictor_or_model_path, batch_size=batch_size, engine_kind=engine_kind))
     table = read_split(*_dev_folder(dev_dir))
     examples = split_examples(table)
     aspects = [ex.aspect for ex in examples]

@@ -120,12 +120,22 @@ def _tool_models(cfg: RaypipeConfig, method: str) -> dict[str, Any]:
     return models
 
 
+def _engine_stamp(cfg: RaypipeConfig) -> list[str]:
+    """The engine and weights' dtype the generator will decode on, as resolved here: the engines agree
+    in fp32 but not to the bit, and bf16 differs from fp32, so predictions of one are not the other's."""
+    from raypipe.inference.engines import engine_kind
+    from raypipe.models.device import decoding_dtype, pick_device
+
+    return [engine_kind(cfg.engine.kind), str(decoding_dtype(cfg.engine.precision, pick_device()))]
+
+
 def _fingerprint(cfg: RaypipeConfig, variant: Variant, injected_retriever: bool, removal: float | None,
                  items: list[EvalItem]) -> str:
     """What a variant's predictions depend on. The items are named by (set, id) rather than by
     `eval.limit`, whose meaning (which rows a limit keeps) is the reader's and may change."""
     payload: dict[str, Any] = {
         "models": _tool_models(cfg, variant.method),
+        "engine": _engine_stamp(cfg),
         "method": variant.method,
         "settings": variant.settings.model_dump(mode="json"),
         "retrieval": ("injected", cfg.retrieval.top_k) if injected_retriever else cfg.retrieval.model_dump(mode="json"),

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field
 
 from raypipe.settings.base import Section
-from raypipe.settings.models import DecodePrecision
+from raypipe.settings.models import DecodePrecision, EngineKind
 from raypipe.settings.paths import default_path
 
 
@@ -109,3 +109,6 @@ class AugmentConfig(Section):
     #: `engine.precision`: bf16 on a GPU or on a CPU that multiplies bf16 natively), trades that for speed:
     #: 1.94x on the demo's encoder critic on an AVX512-BF16 CPU, the same labels on its 1,556 dev rows
     critic_precision: DecodePrecision = "fp32"
+    #: what runs an LM critic (an encoder critic runs on torch): `auto` = vLLM wherever it imports, in
+    #: fp32 exact and repeatable as on HF (docs/engines.md)
+    critic_engine: EngineKind = "auto"

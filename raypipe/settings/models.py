@@ -53,17 +53,38 @@ class LMImportConfig(Section):
 
 #: what a decoding model (the generator's engine, the critic) holds its weights in
 DecodePrecision = Literal["auto", "fp32", "bf16"]
+#: what runs a decoding model: `auto` = vLLM wherever it imports and takes the model, else HF transformers
+EngineKind = Literal["auto", "hf", "vllm"]
 
 
 class EngineConfig(Section):
     """What runs the generator LM in decoding (eval and serving): per process, whatever the method."""
 
-    #: `auto` = vLLM when a GPU is visible and vllm is importable, else HF transformers
-    kind: Literal["auto", "hf", "vllm"] = "auto"
+    #: `auto` = vLLM wherever vllm imports (its CPU build here, the official wheel on a GPU) and takes
+    #: the model, else HF transformers (the reason is logged); `hf` and `vllm` choose one
+    kind: EngineKind = "auto"
     #: sequences per forward pass in the HF engine (vLLM schedules its own batches)
     batch_size: int = Field(16, ge=1)
-    #: fraction of GPU memory vLLM may take
-    gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0)
-    #: the HF engine's weights: `auto` = bf16 on a GPU that has it and on a CPU that multiplies bf16
-    #: natively (AVX512-BF16 or AMX), else fp32; vLLM picks its own
+    #: the weights' dtype on either engine: `auto` = bf16 on a GPU that has it and on a CPU that
+    #: multiplies bf16 natively (AVX512-BF16 or AMX), else fp32. vLLM's bf16 on CPU is not reproducible
+    #: run to run; fp32 is (docs/engines.md)
     precision: DecodePrecision = "auto"
+    #: vLLM: fraction of GPU memory it may take (on a CPU, `cpu_kv_cache_gib` sizes it instead)
+    gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0)
+    #: vLLM: eager mode, no torch.compile or CUDA graphs: starts in ~25 s on a CPU instead of 60-105 s
+    enforce_eager: bool = True
+    #: vLLM: the longest prompt plus generation, in tokens (null: the model's own limit); longer prompts
+    #: are cut from the left, as on the HF engine
+    max_model_len: int | None = Field(4096, ge=16)
+    #: vLLM: tokens per KV-cache block (null: vLLM's own, 128 on a CPU). Prefix caching reuses whole
+    #: blocks only, so the LM critic takes 32 (the CPU minimum): an aspect's instruction is then cached
+    kv_block_size: int | None = Field(None, ge=16)
+    #: vLLM on a CPU: GiB of KV cache per engine (`VLLM_CPU_KVCACHE_SPACE`)
+    cpu_kv_cache_gib: int = Field(1, ge=1)
+    #: vLLM: its engine core in the calling process (one engine per process: an eval actor, a serving
+    #: replica; no extra process, and Ray counts its memory), or false: in a child process, which keeps
+    #: vLLM's torch.distributed group and thread settings out of a process that also trains (tests)
+    in_process: bool = True
+    #: vLLM on a CPU: torch threads of the engine (null: the process's own, e.g. a Ray actor's
+    #: `num_cpus`), set so that vLLM does not drop them to one
+    cpu_threads: int | None = Field(None, ge=1)

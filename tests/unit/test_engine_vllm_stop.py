@@ -1,9 +1,11 @@
-"""The vLLM engine's `stop_line` orchestration on CPU, over a stand-in for vLLM's `LLM` that writes
-scripted tokens and honours max_tokens, stop token ids, EOS and stop strings as vLLM does (the real
-engine's agreement with the HF loop is the GPU test in test_engine_vllm.py)."""
+"""The vLLM engine's `stop_line` orchestration, over a stand-in for vLLM's `LLM` that writes scripted
+tokens and honours max_tokens, stop token ids, EOS and stop strings as vLLM does; its SamplingParams
+has no `logprob_token_ids`, so the engine takes its two-pass path (an older vLLM). The real engine's
+agreement with the HF loop is tests/unit/test_engine_contract.py."""
 
 from __future__ import annotations
 
+import importlib
 import sys
 import types
 from dataclasses import dataclass, field
@@ -66,8 +68,16 @@ def engine(tiny_model_dir, monkeypatch):
     inputs.TokensPrompt = lambda prompt_token_ids: {"prompt_token_ids": prompt_token_ids}
     monkeypatch.setitem(sys.modules, "vllm", vllm)
     monkeypatch.setitem(sys.modules, "vllm.inputs", inputs)
+    vllm.envs = types.ModuleType("vllm.envs")  # the CPU settings are environment variables; nothing cached
+    monkeypatch.setitem(sys.modules, "vllm.envs", vllm.envs)
+    for name in ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_CPU_KVCACHE_SPACE", "OMP_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)  # the engine sets them: dropped again after the test
+    import raypipe.inference.engines as engines
+
+    # a fresh import over the stand-in: the real module (a vLLM test may have imported it) is put back after
     monkeypatch.delitem(sys.modules, "raypipe.inference.engines.vllm", raising=False)
-    from raypipe.inference.engines import vllm as module
+    monkeypatch.delattr(engines, "vllm", raising=False)
+    module = importlib.import_module("raypipe.inference.engines.vllm")
 
     monkeypatch.setitem(sys.modules, "raypipe.inference.engines.vllm", module)  # dropped again after the test
     built = module.VLLMEngine(tiny_model_dir)

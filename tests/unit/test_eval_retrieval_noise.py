@@ -62,3 +62,16 @@ def test_predictions_are_reused_only_for_the_same_items(tmp_path):
     assert [i.id for i in first] == ["q1"]
     prints = [_fingerprint(cfg, variant, False, None, items) for items in (both, first, first[:])]
     assert prints[0] != prints[1] and prints[1] == prints[2]
+
+
+def test_predictions_of_another_engine_or_precision_are_not_reused(tmp_path):
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text('{"id": "q1", "question": "Where was Ada born?", "answers": ["Ostrava"]}\n')
+    common = ["eval.methods=[rag]", f"eval.eval_sets=[{qa}]"]
+    configs = [load_config(None, [*common, *extra]) for extra in (
+        ["engine.kind=hf", "engine.precision=fp32"], ["engine.kind=vllm", "engine.precision=fp32"],
+        ["engine.kind=hf", "engine.precision=bf16"], ["engine.kind=hf", "engine.precision=fp32", "engine.batch_size=3"])]
+    items, _ = read_eval_sets([str(qa)], tmp_path / "rejects", None, None)
+    prints = [_fingerprint(cfg, eval_variants(cfg)[0], False, None, items) for cfg in configs]
+    assert len(set(prints[:3])) == 3
+    assert prints[3] == prints[0]  # the HF batch size decides no token

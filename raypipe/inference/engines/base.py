@@ -11,6 +11,7 @@ logits, which equals p(token) / Σ_labels p exactly.
 
 from __future__ import annotations
 
+import logging
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -18,9 +19,12 @@ from typing import Literal
 
 from transformers import PreTrainedTokenizerBase
 
+from raypipe.errors import ModelError
 from raypipe.models import group_token_ids
 from raypipe.prompts import SELFRAG_PROMPT, GeneratorPrompt
 from raypipe.tokens import GROUP_TOKENS, Group
+
+logger = logging.getLogger(__name__)
 
 FinishReason = Literal["eos", "stop", "length"]
 
@@ -91,7 +95,7 @@ class Generation:
 class Engine(ABC):
     """A greedy generator with exact reflection-group probabilities.
 
-    Implementations: `HFEngine` (transformers, CPU or GPU) and `VLLMEngine` (GPU). Both must give the
+    Implementations: `HFEngine` (transformers) and `VLLMEngine` (vLLM), each on CPU or GPU. Both must give the
     same tokens for the same prompts, batched or one by one. `prompt` writes prompts in the format the
     model was trained with (its folder's record, `raypipe.models.prompt_format`; without one, the
     Alpaca layout of the released Self-RAG checkpoints).
@@ -153,6 +157,21 @@ def eos_ids(tokenizer: PreTrainedTokenizerBase, generation_eos: int | list[int] 
     elif generation_eos:
         ids.update(generation_eos)
     return frozenset(ids)
+
+
+def fit_prompts(encoded: list[list[int]], max_positions: int | None, room: int) -> tuple[list[list[int]], int]:
+    """Prompt ids left-truncated so that `room` new tokens still fit `max_positions`, and how many were
+    cut. Truncation keeps the latest context (passages, the output so far) and is logged; both engines
+    cut the same way, so they see the same ids."""
+    if max_positions is None:
+        return encoded, 0
+    limit = max_positions - room
+    if limit < 1:
+        raise ModelError(f"max_new_tokens={room} does not fit a model of {max_positions} positions")
+    long = sum(len(ids) > limit for ids in encoded)
+    if long:
+        logger.warning("%d of %d prompts exceed %d tokens and were left-truncated", long, len(encoded), limit)
+    return [ids[-limit:] for ids in encoded], long
 
 
 def decode_continuation(tokenizer: PreTrainedTokenizerBase, context_id: int | None, ids: list[int]) -> str:

@@ -26,7 +26,6 @@ cannot be cut at a position, gets the per-batch prefix only.
 from __future__ import annotations
 
 import inspect
-import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,12 +45,11 @@ from raypipe.inference.engines.base import (
     LineStop,
     decode_continuation,
     eos_ids,
+    fit_prompts,
 )
 from raypipe.models import load_model
 from raypipe.models.prompt_format import generator_prompt
 from raypipe.tokens import Group
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -103,19 +101,10 @@ class HFEngine(Engine):
     # --- prompts -----------------------------------------------------------------------------------
 
     def _encode(self, prompts: list[str], room: int) -> list[list[int]]:
-        """Prompt ids, left-truncated so that `room` new tokens still fit the model's positions;
-        truncation keeps the latest context (passages, the output so far) and is logged."""
-        encoded = self.tokenizer(prompts, add_special_tokens=True)["input_ids"]
-        if self.max_positions is None:
-            return encoded
-        limit = self.max_positions - room
-        if limit < 1:
-            raise ModelError(f"max_new_tokens={room} does not fit a model of {self.max_positions} positions")
-        long = sum(len(ids) > limit for ids in encoded)
-        if long:
-            self.truncated += long
-            logger.warning("%d of %d prompts exceed %d tokens and were left-truncated", long, len(encoded), limit)
-        return [ids[-limit:] for ids in encoded]
+        """Prompt ids, left-truncated so that `room` new tokens still fit the model (`fit_prompts`)."""
+        fitted, cut = fit_prompts(self.tokenizer(prompts, add_special_tokens=True)["input_ids"], self.max_positions, room)
+        self.truncated += cut
+        return fitted
 
     def _padded(self, batch: list[list[int]], offset: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Left-padded ids, their mask, and position ids counted from `offset` at each first real token."""
