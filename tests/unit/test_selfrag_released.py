@@ -98,7 +98,6 @@ def test_selfrag_decodes_the_released_layout_on_vllm_as_on_hf(released_layout_di
                 assert list(probs.values()) == pytest.approx(list(b["reflections"][group].values()), abs=1e-4)
 
 
-@pytest.mark.gpu  # 7B weights: a GPU's job, whichever engine
 def test_the_real_checkpoint_answers_from_the_passage_when_present():
     if not (CHECKPOINT / "config.json").is_file():
         pytest.skip(f"no released Self-RAG checkpoint at {CHECKPOINT} (set RAYPIPE_SELFRAG_7B)")
@@ -107,7 +106,7 @@ def test_the_real_checkpoint_answers_from_the_passage_when_present():
     from raypipe.methods.selfrag.method import SelfRAG
 
     settings = SelfRAGSettings(mode="always", max_depth=1, max_new_tokens=50)
-    method = SelfRAG(Toolkit(engine=make_engine(CHECKPOINT, EngineConfig()), retriever=OnePassage()))
+    method = SelfRAG(Toolkit(engine=make_engine(CHECKPOINT, EngineConfig(kind="vllm")), retriever=OnePassage()))
     result = method.decode([MethodRequest("Who wrote Hamlet?")], settings, top_k=1)[0]
     assert "Shakespeare" in result.text
     assert result.citations[0].passage_id == "w1"

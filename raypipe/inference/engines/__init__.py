@@ -16,6 +16,7 @@ __all__ = ["Engine", "Generation", "GenerationParams", "GroupProbs", "engine_kin
 
 
 def vllm_installed() -> bool:
+    """Whether a vllm module (either build) is importable, found without importing it (seconds)."""
     return importlib.util.find_spec("vllm") is not None
 
 
