@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,9 @@ MODULE = "tests/integration/test_benchmarks_quick.py"
 PARALLEL = 2
 LONGEST_FIRST = ["training", "serve_load", "retrieval", "faults", "augment", "engines", "critic", "crag",
                  "length_grouping", "decoding", "self_reasoning"]
-TIMEOUT_S = 900
+#: a quick run that has not ended by then is stuck, not slow: alone the longest takes ~3.5 min, and
+#: beside the unit tests (vLLM engines among them) on 2 cores up to 4x that
+TIMEOUT_S = 1800
 
 
 @dataclass
@@ -37,6 +40,8 @@ class Run:
     stdout: str
     stderr: str
     results: Path
+    #: wall-clock time from start to end (0 for a run never started)
+    seconds: float = 0.0
 
 
 class QuickRuns:
@@ -62,16 +67,24 @@ class QuickRuns:
             proc = subprocess.Popen([sys.executable, "-m", f"benchmarks.{name}", "--quick"], cwd=ROOT,
                                     env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             self.procs[name] = proc
+        start = time.perf_counter()
         try:
             stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
         except subprocess.TimeoutExpired:
             proc.kill()
             stdout, stderr = proc.communicate()
             stderr += f"\n[killed after {TIMEOUT_S} s]"
-        return Run(proc.returncode, stdout, stderr, results)
+        return Run(proc.returncode, stdout, stderr, results, time.perf_counter() - start)
 
     def wait(self) -> dict[str, Run]:
         return {name: future.result() for name, future in self.futures.items()}
+
+    def summary(self) -> str:
+        """One line of every finished run's wall time, longest first: where the session's time went."""
+        done = {name: f.result() for name, f in self.futures.items() if f.done() and not f.cancelled()}
+        ranked = sorted(done.items(), key=lambda kv: -kv[1].seconds)
+        return "quick benchmark runs (s): " + ", ".join(f"{n} {r.seconds:.0f}" + ("" if r.returncode == 0 else " (failed)")
+                                                         for n, r in ranked)
 
     def close(self) -> None:
         """Stop runs still going (a session ended early) and remove the result folders."""

@@ -50,6 +50,12 @@ def pytest_collection_finish(session):
         bench_quick.started = bench_quick.QuickRuns()  # they run beside the unit tests
 
 
+def pytest_terminal_summary(terminalreporter):
+    """The quick runs' wall times in the session's output (CI's log included), before they are removed."""
+    if bench_quick.started is not None:
+        terminalreporter.write_line(bench_quick.started.summary())
+
+
 def pytest_sessionfinish(session, exitstatus):
     if bench_quick.started is not None:
         bench_quick.started.close()
