@@ -334,7 +334,7 @@ def _same_config(command: str, argv: list[str]) -> str:
 def closing_block(cfg: RaypipeConfig, metrics: dict[str, Any], ray_logs: str | None, argv: list[str]) -> Group:
     """What the demo ends with: the eval table (the world's sets by name, QA first) and where to go
     next, each line a command to run or a page of docs/ to read."""
-    from raypipe.eval.report import accuracy_table, crag_table
+    from raypipe.eval.report import accuracy_table, comparisons_block, crag_table
 
     steps = Table(title="Next steps", show_header=False, title_justify="left", box=None, padding=(0, 1))
     steps.add_column("what", style="bold", no_wrap=True)
@@ -348,4 +348,6 @@ def closing_block(cfg: RaypipeConfig, metrics: dict[str, Any], ray_logs: str | N
     if ray_logs:
         steps.add_row("Ray logs", escape(ray_logs))
     crag = crag_table(metrics)
-    return Group(Rule("[bold]demo: results"), accuracy_table(metrics), *([crag] if crag else []), steps)
+    held = comparisons_block(metrics)
+    return Group(Rule("[bold]demo: results"), accuracy_table(metrics), *([held] if held else []),
+                 *([crag] if crag else []), steps)

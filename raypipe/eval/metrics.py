@@ -31,6 +31,8 @@ from typing import Any
 
 from raypipe.eval.crag_steps import CragStep, count_steps
 from raypipe.eval.factscore import factscore
+from raypipe.eval.released import VERDICTS
+from raypipe.eval.significance import accuracy_interval, macro_f1
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
@@ -100,6 +102,8 @@ class Scored:
     #: closed-set tasks: the option the output named and the gold one (None: an open-ended task)
     option: str | None = None
     gold_option: str | None = None
+    #: closed-set tasks: how many options the item offered (None: an open-ended task)
+    n_options: int | None = None
 
 
 def judge(task: str, golds: tuple[str, ...], choices: dict[str, str], result: dict[str, Any],
@@ -111,6 +115,7 @@ def judge(task: str, golds: tuple[str, ...], choices: dict[str, str], result: di
     no_option = None
     fact_score = None
     option = gold_option = None
+    n_options = None
     correct: bool | None
     exact: bool | None
     if task == "longform":
@@ -131,13 +136,14 @@ def judge(task: str, golds: tuple[str, ...], choices: dict[str, str], result: di
         exact = exact_match(text, [golds[0], *([choices[golds[0]]] if task == "mc" else [])])
         no_option = result["option"] is None
         option, gold_option = result["option"], golds[0]
+        n_options = len(choices) if task == "mc" else len(VERDICTS)
     trace = result.get("trace") or {}
     segments = trace.get("segments", [])
     sup = [s["scores"]["is_sup"] for s in segments if s.get("citation") and "is_sup" in s.get("scores", {})]
     parsed = trace["trajectory"] is not None if "trajectory" in trace else None
     cause = None if parsed is not False else trace.get("parse_cause") or trace.get("parse_reason")
     return Scored(correct, exact, bool(result["retrieved"]), fmean(sup) if sup else None, no_option, fact_score,
-                  CragStep.of(trace), parsed, cause, option, gold_option)
+                  CragStep.of(trace), parsed, cause, option, gold_option, n_options)
 
 
 #: a closed-set answer given for more than this share of a set's items, where the golds are not that
@@ -155,7 +161,9 @@ def answer_collapse(scored: list[Scored]) -> dict[str, Any] | None:
     """On a closed-set set (fact verification, multiple choice): the most frequent answer's share and
     the majority-label baseline (always answering the most frequent gold), so that an accuracy that is
     only the baseline reads as such; `collapsed` when one answer covers more than `COLLAPSE_SHARE` of
-    the items and the golds do not. None for open-ended sets."""
+    the items and the golds do not; chance (the mean of 1 / options) and macro-F1 over the gold labels
+    beside them (a set whose labels are 80% one value reads 80% accuracy from a one-answer model, and
+    macro-F1 0.44). None for open-ended sets."""
     closed = [s for s in scored if s.gold_option is not None]
     if not closed:
         return None
@@ -163,11 +171,14 @@ def answer_collapse(scored: list[Scored]) -> dict[str, Any] | None:
     gold, gold_count = Counter(s.gold_option for s in closed).most_common(1)[0]
     share, gold_share = answered / len(closed), gold_count / len(closed)
     return {"top_answer": answer, "top_answer_share": share, "majority_label": gold,
-            "majority_baseline": gold_share, "collapsed": one_sided(share, gold_share)}
+            "majority_baseline": gold_share, "collapsed": one_sided(share, gold_share),
+            "chance": fmean(1 / s.n_options for s in closed if s.n_options) if any(s.n_options for s in closed) else None,
+            "macro_f1": macro_f1([s.option for s in closed], [s.gold_option for s in closed])}
 
 
 def summarize(scored: list[Scored]) -> dict[str, Any]:
-    """accuracy and exact_match over the `judged` items (None if none is), retrieval_frequency over
+    """accuracy and exact_match over the `judged` items (None if none is) with accuracy's 95% interval
+    (`accuracy_interval`, raypipe.eval.significance), retrieval_frequency over
     all `n`, the mean s_IsSup of outputs that used passages (the support the IsSup weight buys, cf. the
     paper's Figure 3b), no_option, over the closed-set items, and factscore, over the long-form
     items (None if there are none); for CRAG-family methods, what the corrective step did (`crag`,
@@ -177,7 +188,7 @@ def summarize(scored: list[Scored]) -> dict[str, Any]:
     if not scored:
         return {"n": 0, "judged": 0, "accuracy": None, "exact_match": None, "retrieval_frequency": None,
                 "is_sup": None, "no_option": None, "factscore": None, "crag": None,
-                "trajectory_parse_rate": None, "parse_failures": None, "answers": None}
+                "trajectory_parse_rate": None, "parse_failures": None, "answers": None, "accuracy_interval": None}
     judged = [s for s in scored if s.correct is not None]
     sup = [s.is_sup for s in scored if s.is_sup is not None]
     closed = [s.no_option for s in scored if s.no_option is not None]
@@ -188,6 +199,8 @@ def summarize(scored: list[Scored]) -> dict[str, Any]:
         "n": len(scored),
         "judged": len(judged),
         "accuracy": fmean(bool(s.correct) for s in judged) if judged else None,
+        "accuracy_interval": list(accuracy_interval(sum(bool(s.correct) for s in judged), len(judged)))
+        if judged else None,
         "exact_match": fmean(bool(s.exact) for s in judged) if judged else None,
         "retrieval_frequency": fmean(s.retrieved for s in scored),
         "is_sup": fmean(sup) if sup else None,

@@ -14,6 +14,8 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from raypipe.eval.comparisons import verdict
+
 #: characters of an answer shown; untrained demo models can ramble for the whole length cap
 ANSWER_CHARS = 160
 
@@ -114,6 +116,47 @@ def crag_table(metrics: dict[str, Any]) -> Table | None:
             if counts:
                 table.add_row(name, v, *(str(count(counts)) for count in CRAG_COLUMNS.values()))
     return table
+
+
+def _percent(share: float) -> str:
+    return f"{100 * share:.1f}"
+
+
+def _interval(summary: dict[str, Any]) -> str:
+    low, high = summary["accuracy_interval"]
+    return f"{_percent(summary['accuracy'])} [{_percent(low)}, {_percent(high)}]"
+
+
+def comparisons_block(metrics: dict[str, Any]) -> Text | None:
+    """Per set: its items, the majority-label baseline and chance (closed sets), and each stated
+    comparison (raypipe.eval.comparisons: Self-RAG adaptive against another headline variant, with
+    both accuracies' 95% intervals and McNemar's exact p after Holm's correction) read as ahead,
+    behind or no difference shown. None when no comparison was run."""
+    comparisons = metrics.get("comparisons")
+    if not comparisons:
+        return None
+    block = Text("Which comparisons hold (95% intervals; McNemar's exact test, Holm-corrected per set)\n",
+                 style="bold")
+    for name in ordered_sets(comparisons):
+        tests = comparisons[name]
+        by_variant = metrics["per_set"][name]
+        focus = by_variant[tests[0]["a"]]
+        answers = focus.get("answers")
+        extra = ""
+        if answers:
+            extra = (f"; always {answers['majority_label']!r} {_percent(answers['majority_baseline'])}"
+                     + (f", chance {_percent(answers['chance'])}" if answers.get("chance") is not None else "")
+                     + f", {tests[0]['a']} macro-F1 {answers['macro_f1']:.2f}")
+        block.append(f"{set_name(name)}", style="bold").append(f" ({tests[0]['n']} items{extra})\n", style="dim")
+        for t in tests:
+            word = verdict(t)
+            style = {"ahead": "green", "behind": "red"}.get(word, "")
+            block.append(f"  {t['a']} {_interval(focus)} vs {t['b']} {_interval(by_variant[t['b']])}: ")
+            block.append(word, style=style)
+            block.append(f" ({t['a_only']} vs {t['b_only']} items only one got right, p = {t['adjusted_p']:.2g})\n",
+                         style="dim")
+    block.rstrip()
+    return block
 
 
 def sample_answers(out_dir: str | Path, variant: str = "adaptive", n: int = 3) -> list[dict[str, Any]]:

@@ -13,6 +13,9 @@ Outputs in `eval.out_dir`:
   variant (Self-RAG's never, adaptive, always; other methods by name; pooled over all sets), `per_set`
   and `overall` for every variant (Self-Reasoning's with `trajectory_parse_rate` and `parse_failures`
   by cause; CRAG's and Self-CRAG's with `crag`, what the corrective step did: raypipe.eval.crag_steps),
+  `comparisons` (per set: Self-RAG adaptive against every other headline variant on the same items,
+  McNemar's exact test, Holm-corrected; raypipe.eval.comparisons), each summary's accuracy with its
+  95% interval and, for closed sets, the majority baseline, chance and macro-F1,
   the sweeps, `critique` (per variant of Self-RAG's beam: how often
   the generator's IsRel ranks the gold passage above a look-alike's, raypipe.eval.critique),
   `relevance_verdicts` (per Self-Reasoning variant and set: its `Relevant:` verdict against whether a
@@ -42,6 +45,7 @@ from typing import Any
 from raypipe.config import RaypipeConfig
 from raypipe.data.io import write_jsonl
 from raypipe.errors import ConfigError, DataError, ModelError
+from raypipe.eval.comparisons import stated_comparisons
 from raypipe.eval.crag_steps import describe as describe_steps
 from raypipe.eval.critique import describe, variant_ranking
 from raypipe.eval.datasets import EvalItem, read_eval_sets
@@ -406,6 +410,7 @@ def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None
     verdicts = {v.name: found for v in variants
                 if (found := relevance_verdicts(predictions_dir / f"{v.name}.jsonl", gold)) is not None}
     collapsed = collapsed_answers(per_set) + collapsed_verdicts(verdicts)
+    comparisons = stated_comparisons(predictions_dir, headline)
     for warning in collapsed:
         logger.warning("COLLAPSE: %s", warning)
     metrics = {
@@ -419,6 +424,7 @@ def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None
            for key in ("accuracy", "exact_match", "retrieval_frequency", "factscore")},
         "per_set": per_set,
         "overall": overall,
+        **({"comparisons": comparisons} if comparisons else {}),
         "sweeps": sweeps,
         **({"critique": critique} if critique else {}),
         **({"relevance_verdicts": verdicts} if verdicts else {}),

@@ -94,3 +94,20 @@ def test_plots_are_written_and_reruns_skip_finished_variants(eval_run):
     assert second["variants decoded"] == 0 and second["variants reused"] == 9
     assert second["accuracy"] == first["accuracy"]
     assert (run / "_SUCCESS").exists()
+
+
+def test_adaptive_is_compared_with_each_other_mode_on_the_same_items(eval_run):
+    """metrics.json's `comparisons`: per set, adaptive against never and always, on the set's judged
+    items, with the counts recomputed here from the prediction files."""
+    run, _, _ = eval_run
+    metrics = json.loads((run / "metrics.json").read_text())
+    rows = {v: {(r["set"], r["id"]): r["correct"] for r in map(json.loads, (run / "predictions" / f"{v}.jsonl").open())}
+            for v in ("adaptive", "never")}
+    qa = {t["b"]: t for t in metrics["comparisons"]["heldout_qa"]}
+    assert set(qa) == {"never", "always"} and qa["never"]["n"] == LIMIT
+    mine, theirs = rows["adaptive"], rows["never"]
+    keys = [k for k in mine if k[0] == "heldout_qa"]
+    assert qa["never"]["a_only"] == sum(mine[k] and not theirs[k] for k in keys)
+    assert qa["never"]["b_only"] == sum(theirs[k] and not mine[k] for k in keys)
+    low, high = metrics["per_set"]["heldout_qa"]["adaptive"]["accuracy_interval"]
+    assert low <= metrics["per_set"]["heldout_qa"]["adaptive"]["accuracy"] <= high

@@ -63,3 +63,23 @@ def test_the_worlds_sets_show_by_name_qa_first_and_five_variants_fit_80_columns(
     assert all(line.count("100.0 (100)") == 5 for line in body[:5])  # one line per row: nothing wrapped
     assert "heldout" not in "\n".join(lines)
     assert "plain instructions: retrieval % should be low" in "\n".join(lines)
+
+
+def test_the_comparisons_block_reads_each_stated_comparison_with_its_intervals_and_baselines():
+    from raypipe.eval.report import comparisons_block
+
+    fact = {"accuracy": 0.7, "accuracy_interval": [0.6, 0.8],
+            "answers": {"majority_label": "true", "majority_baseline": 0.66, "chance": 0.5, "macro_f1": 0.61}}
+    rag = {"accuracy": 0.34, "accuracy_interval": [0.25, 0.45]}
+    crag = {"accuracy": 0.68, "accuracy_interval": [0.58, 0.78]}
+    tests = [{"a": "adaptive", "b": "rag", "n": 50, "a_only": 20, "b_only": 2, "adjusted_p": 0.0002},
+             {"a": "adaptive", "b": "crag", "n": 50, "a_only": 5, "b_only": 4, "adjusted_p": 1.0}]
+    metrics = {"comparisons": {"heldout_fact": tests},
+               "per_set": {"heldout_fact": {"adaptive": fact, "rag": rag, "crag": crag}}}
+    console = Console(width=120, record=True)
+    console.print(comparisons_block(metrics))
+    text = console.export_text()
+    assert "fact verification (50 items; always 'true' 66.0, chance 50.0, adaptive macro-F1 0.61)" in text
+    assert "adaptive 70.0 [60.0, 80.0] vs rag 34.0 [25.0, 45.0]: ahead (20 vs 2" in text
+    assert "vs crag 68.0 [58.0, 78.0]: no difference shown" in text
+    assert comparisons_block({"per_set": {}}) is None

@@ -48,9 +48,9 @@ def test_judge_qa_fact_and_mc():
     assert qa == Scored(correct=True, exact=False, retrieved=True, is_sup=0.75)
     fact = judge("fact", ("true",), {}, _result("False", option="true", retrieved=False))
     assert fact == Scored(correct=True, exact=False, retrieved=False, is_sup=None, no_option=False,
-                          option="true", gold_option="true")
+                          option="true", gold_option="true", n_options=2)
     mc = judge("mc", ("B",), {"A": "Rome", "B": "Lyon"}, _result("Lyon", option="A"))
-    assert (mc.correct, mc.exact) == (False, True)  # exact: the text names the gold choice
+    assert (mc.correct, mc.exact, mc.n_options) == (False, True, 2)  # exact: the text names the gold choice
     off_format = judge("mc", ("B",), {"A": "Rome", "B": "Lyon"}, _result("Further details follow.", option=None))
     assert (off_format.correct, off_format.no_option) == (False, True)
     assert qa.no_option is None
@@ -61,7 +61,8 @@ def test_summarize_fractions():
               Scored(False, False, True, 0.5), Scored(False, False, False, None)]
     assert summarize(scored) == {"n": 4, "judged": 4, "accuracy": 0.5, "exact_match": 0.25, "retrieval_frequency": 0.5,
                                  "is_sup": 0.75, "no_option": None, "factscore": None, "crag": None,
-                                 "trajectory_parse_rate": None, "parse_failures": None, "answers": None}
+                                 "trajectory_parse_rate": None, "parse_failures": None, "answers": None,
+                                 "accuracy_interval": [pytest.approx(0.1500, abs=1e-4), pytest.approx(0.8500, abs=1e-4)]}
     closed = [Scored(False, False, False, None, no_option=True), Scored(True, True, False, None, no_option=False),
               Scored(False, False, False, None, no_option=False), Scored(True, True, True, None)]
     assert summarize(closed)["no_option"] == pytest.approx(1 / 3)  # over the three closed-set items
@@ -122,9 +123,10 @@ def test_a_model_answering_true_to_nearly_every_claim_is_flagged_and_its_baselin
     scored = [_fact("true", "true")] * 32 + [_fact("true", "false")] * 17 + [_fact("false", "true")]
     summary = summarize(scored)
     assert summary["accuracy"] == pytest.approx(0.64)
+    # macro-F1: `true` has 32 right, 17 wrongly given, 1 missed: 64/82; `false` none right: 0
     assert summary["answers"] == {"top_answer": "true", "top_answer_share": pytest.approx(0.98),
                                   "majority_label": "true", "majority_baseline": pytest.approx(0.66),
-                                  "collapsed": True}
+                                  "collapsed": True, "chance": 0.5, "macro_f1": pytest.approx(64 / 82 / 2)}
     [line] = collapsed_answers({"heldout_fact": {"self_reasoning": summary}})
     assert "self_reasoning answers 'true' to 98% of heldout_fact" in line and "66%" in line
 
