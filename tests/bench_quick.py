@@ -59,8 +59,10 @@ class QuickRuns:
     def _run(self, name: str) -> Run:
         results = self.root / name
         results.mkdir()
+        # one torch thread per run: beside the unit tests and each other, two threads per process put a
+        # load of 10-17 on 2 cores, where torch's threads wait on each other at every parallel region
         env = {**os.environ, "RAYPIPE_BENCH_RESULTS": str(results), "RAYPIPE_BENCH_CACHE": str(results / ".cache"),
-               "RAY_AUTH_MODE": "disabled"}
+               "RAY_AUTH_MODE": "disabled", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         with self.lock:
             if self.closing:  # picked up by the pool as the session ended
                 return Run(-1, "", "[not started: the session ended]", results)

@@ -129,7 +129,9 @@ def vllm_engines():
     def get(model_dir: Path, precision: str = "fp32") -> VLLMEngine:
         key = (str(model_dir), precision)
         if key not in started:
-            cfg = EngineConfig(kind="vllm", precision=precision, max_model_len=None, in_process=False)
+            # one thread: vLLM's CPU decoding is bound by its per-step overhead, and the quick
+            # benchmark runs share the cores meanwhile
+            cfg = EngineConfig(kind="vllm", precision=precision, max_model_len=None, in_process=False, cpu_threads=1)
             started[key] = VLLMEngine(model_dir, cfg, dtype=decoding_dtype(precision, "cpu"))
         return started[key]
 
