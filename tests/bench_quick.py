@@ -60,7 +60,7 @@ class QuickRuns:
         results = self.root / name
         results.mkdir()
         # one torch thread per run: beside the unit tests and each other, two threads per process put a
-        # load of 10-17 on 2 cores, where torch's threads wait on each other at every parallel region
+        # load of 10-17 on 2 cores; their figures are not what the tests check
         env = {**os.environ, "RAYPIPE_BENCH_RESULTS": str(results), "RAYPIPE_BENCH_CACHE": str(results / ".cache"),
                "RAY_AUTH_MODE": "disabled", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         with self.lock:

@@ -14,7 +14,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from raypipe.eval.significance import ALPHA, PairedTest, holm, mcnemar
+from raypipe.eval.significance import PairedTest, holm, mcnemar
 
 #: the variant whose lead the eval states: Self-RAG's adaptive retrieval
 FOCUS = "adaptive"
@@ -50,9 +50,3 @@ def stated_comparisons(predictions_dir: Path, headline: list[str], focus: str = 
             out[set_name] = [t.as_dict() for t in holm(tests)]
     return out
 
-
-def verdict(test: dict[str, Any]) -> str:
-    """'ahead', 'behind' or 'no difference shown' for one paired test, as the demo prints it."""
-    if test["adjusted_p"] >= ALPHA or test["a_only"] == test["b_only"]:
-        return "no difference shown"
-    return "ahead" if test["a_only"] > test["b_only"] else "behind"

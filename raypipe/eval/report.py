@@ -14,8 +14,6 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from raypipe.eval.comparisons import verdict
-
 #: characters of an answer shown; untrained demo models can ramble for the whole length cap
 ANSWER_CHARS = 160
 
@@ -131,7 +129,7 @@ def comparisons_block(metrics: dict[str, Any]) -> Text | None:
     """Per set: its items, the majority-label baseline and chance (closed sets), and each stated
     comparison (raypipe.eval.comparisons: Self-RAG adaptive against another headline variant, with
     both accuracies' 95% intervals and McNemar's exact p after Holm's correction) read as ahead,
-    behind or no difference shown. None when no comparison was run."""
+    behind or no difference shown (`PairedTest.verdict`). None when no comparison was run."""
     comparisons = metrics.get("comparisons")
     if not comparisons:
         return None
@@ -149,7 +147,7 @@ def comparisons_block(metrics: dict[str, Any]) -> Text | None:
                      + f", {tests[0]['a']} macro-F1 {answers['macro_f1']:.2f}")
         block.append(f"{set_name(name)}", style="bold").append(f" ({tests[0]['n']} items{extra})\n", style="dim")
         for t in tests:
-            word = verdict(t)
+            word = t["verdict"]
             style = {"ahead": "green", "behind": "red"}.get(word, "")
             block.append(f"  {t['a']} {_interval(focus)} vs {t['b']} {_interval(by_variant[t['b']])}: ")
             block.append(word, style=style)

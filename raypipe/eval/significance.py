@@ -43,20 +43,21 @@ class PairedTest:
     a: str
     b: str
     n: int
-    a_accuracy: float
-    b_accuracy: float
     a_only: int
     b_only: int
     p_value: float
     adjusted_p: float
 
     @property
-    def a_beats_b(self) -> bool:
-        """`a` is ahead and the lead passes the test (after correction)."""
-        return self.a_only > self.b_only and self.adjusted_p < ALPHA
+    def verdict(self) -> str:
+        """'ahead' or 'behind' (`a` against `b`) where the difference passes the test after
+        correction, else 'no difference shown'."""
+        if self.adjusted_p >= ALPHA or self.a_only == self.b_only:
+            return "no difference shown"
+        return "ahead" if self.a_only > self.b_only else "behind"
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "a_beats_b": self.a_beats_b}
+        return {**asdict(self), "verdict": self.verdict}
 
 
 def mcnemar(a: str, a_correct: Sequence[bool], b: str, b_correct: Sequence[bool]) -> PairedTest:
@@ -67,9 +68,7 @@ def mcnemar(a: str, a_correct: Sequence[bool], b: str, b_correct: Sequence[bool]
     b_only = sum(y and not x for x, y in zip(a_correct, b_correct, strict=True))
     discordant = a_only + b_only
     p = 1.0 if discordant == 0 else float(binomtest(a_only, discordant, 0.5).pvalue)
-    n = len(a_correct)
-    return PairedTest(a, b, n, sum(a_correct) / n if n else 0.0, sum(b_correct) / n if n else 0.0,
-                      a_only, b_only, p, p)
+    return PairedTest(a, b, len(a_correct), a_only, b_only, p, p)
 
 
 def holm(tests: Sequence[PairedTest]) -> list[PairedTest]:

@@ -72,8 +72,9 @@ def test_the_comparisons_block_reads_each_stated_comparison_with_its_intervals_a
             "answers": {"majority_label": "true", "majority_baseline": 0.66, "chance": 0.5, "macro_f1": 0.61}}
     rag = {"accuracy": 0.34, "accuracy_interval": [0.25, 0.45]}
     crag = {"accuracy": 0.68, "accuracy_interval": [0.58, 0.78]}
-    tests = [{"a": "adaptive", "b": "rag", "n": 50, "a_only": 20, "b_only": 2, "adjusted_p": 0.0002},
-             {"a": "adaptive", "b": "crag", "n": 50, "a_only": 5, "b_only": 4, "adjusted_p": 1.0}]
+    tests = [{"a": "adaptive", "b": "rag", "n": 50, "a_only": 20, "b_only": 2, "adjusted_p": 0.0002, "verdict": "ahead"},
+             {"a": "adaptive", "b": "crag", "n": 50, "a_only": 5, "b_only": 4, "adjusted_p": 1.0,
+              "verdict": "no difference shown"}]
     metrics = {"comparisons": {"heldout_fact": tests},
                "per_set": {"heldout_fact": {"adaptive": fact, "rag": rag, "crag": crag}}}
     console = Console(width=120, record=True)
