@@ -173,6 +173,9 @@ def main() -> None:
             "retrieval.index.embed_actors=2",
             f"augment.instances={world / 'instances'}", f"augment.critic={critic}",
             f"augment.out_dir={work / 'gen'}", "retrieval.top_k=3",
+            # the quick run checks the benchmark's code, not the engine: HF starts in a second where each
+            # vLLM engine (one per loop and per actor) takes ~25 s; the full run keeps `auto`
+            *(["augment.critic_engine=hf"] if args.quick else []),
         ]
         cfg = load_config(None, overrides)
         ensure_ray(cfg.ray)

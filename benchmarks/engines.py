@@ -14,12 +14,17 @@ torch threads:
    tree search ->
    `extra_requests_per_group_readout` (0 where vLLM reads listed ids in the generation pass);
 4. the LM critic's judgements (every aspect's prompt, `CriticPredictor`, on the engine its `load`
-   builds) per second, vLLM / HF -> `lm_critic_vllm_vs_hf`.
+   builds) per second, vLLM / HF -> `lm_critic_vllm_vs_hf`;
+5. (full run) the demo's eval stage on the demo's run folder, HF at the precision HF decoded the demo
+   in before vLLM (bf16 where the CPU computes bf16 natively) against vLLM at the demo config's
+   precision and in bf16 -> `eval_stage_vllm_vs_hf` (seconds HF / vLLM), with the figures that differ
+   by more than their 95% intervals and every item answered differently (`benchmarks.engine_jobs`);
+   skipped, and said so, when `make demo` has not run;
+6. (full run) requests/s of the served Self-RAG path, one replica of each deployment, the Generator on
+   each engine -> `serve_rps_vllm_vs_hf`.
 
-The eval stage and serving on each engine are measured by their own commands (docs/results/engines.md).
-
-    python -m benchmarks.engines            # full run (~10 min)
-    python -m benchmarks.engines --quick    # fp32 only, few tokens (~2 min)
+    python -m benchmarks.engines            # full run (~35 min with the eval stage, ~10 without)
+    python -m benchmarks.engines --quick    # fp32 only, few tokens, no eval or serving (~2 min)
     python -m benchmarks.engines --threads 1
 """
 
@@ -40,14 +45,16 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 logger = logging.getLogger("benchmarks.engines")
 
 TARGETS = {"vllm_vs_hf_batch8_fp32": 1.6, "vllm_vs_hf_batch8_bf16": 1.8, "tree_search_vs_plain_vllm": 0.8,
-           "extra_requests_per_group_readout": 0.0, "lm_critic_vllm_vs_hf": 1.5}
+           "extra_requests_per_group_readout": 0.0, "lm_critic_vllm_vs_hf": 1.5, "eval_stage_vllm_vs_hf": 1.5}
 SIZES = {  # decoding tokens, repeats per side, tree-search questions, critic judgements
     "quick": {"max_new_tokens": 16, "repeats": 1, "questions": 4, "judgements": 32, "precisions": ["fp32"]},
     "full": {"max_new_tokens": 64, "repeats": 3, "questions": 16, "judgements": 256, "precisions": ["fp32", "bf16"]},
 }
 TOPICS = ["a cat", "a river", "a king", "the sea", "a teacher", "a robot", "a baker", "a ship"]
 K = 3
-DEMO_GENERATOR = Path("runs/demo/models/generator")
+DEMO_CONFIG = Path("configs/demo.yaml")
+DEMO_RUN = Path("runs/demo")
+DEMO_GENERATOR = DEMO_RUN / "models" / "generator"
 
 
 def import_smollm2(work: Path) -> Path:
@@ -187,6 +194,30 @@ def critic_rate(engine, judgements: int) -> tuple[float, list]:
     return judgements / t.seconds, out
 
 
+def job_figures(config: Path, run_dir: Path, model: Path, work: Path) -> dict[str, Any]:
+    """The eval stage (when `run_dir` holds a trained demo) and serving on each engine, and their ratios."""
+    from benchmarks.engine_jobs import Setting, eval_stage, serve_rps
+    from raypipe.config import load_config
+    from raypipe.models.device import cpu_computes_bf16
+
+    bf16 = cpu_computes_bf16()
+    out: dict[str, Any] = {}
+    if (run_dir / "models" / "generator" / "config.json").is_file():
+        demo = Setting("vllm", load_config(config).engine.precision)
+        others = [demo, *([Setting("vllm", "bf16")] if bf16 and demo.precision != "bf16" else [])]
+        stage = eval_stage(Setting("hf", "bf16" if bf16 else "fp32"), others, config, run_dir, work / "eval")
+        out["eval_stage"] = stage
+        out["eval_stage_vllm_vs_hf"] = stage["against_baseline"][demo.name]["speedup"]
+        out |= {f"eval_stage_{s.name}_vs_hf": stage["against_baseline"][s.name]["speedup"] for s in others[1:]}
+    else:
+        logger.warning("no trained demo at %s (`make demo` trains it): the eval stage is not measured", run_dir)
+    serving = serve_rps(model, [Setting("hf", "fp32"), Setting("vllm", "fp32")], work / "serve")
+    out["serving"] = {**serving, "model": str(model)}
+    rps = {name: r["rps"] for name, r in serving["runs"].items()}
+    out["serve_rps_vllm_vs_hf"] = round(rps["vllm_fp32"] / rps["hf_fp32"], 3) if rps["hf_fp32"] else 0.0
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.engines", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -196,6 +227,9 @@ def main() -> None:
     parser.add_argument("--generator", type=Path, default=DEMO_GENERATOR,
                         help="the Self-RAG generator the tree search runs on (default: the demo's, when `make "
                              "demo` has trained it; else SmolLM2, which writes no reflection tokens)")
+    parser.add_argument("--config", type=Path, default=DEMO_CONFIG, help="the config whose eval stage is timed")
+    parser.add_argument("--run-dir", type=Path, default=DEMO_RUN,
+                        help="the trained demo the eval stage reads (its generator, critic, index and items)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     size = SIZES["quick" if args.quick else "full"]
@@ -219,7 +253,9 @@ def main() -> None:
                 if precision == "fp32":  # the critic's engine as `CriticPredictor.load` builds it
                     from raypipe.critic.predict import CRITIC_KV_BLOCK
 
-                    if kind == "vllm":
+                    # (the quick run reads the critic off the engine it has: a second vLLM engine costs
+                    # ~25 s, and the critic's own block size is tested where augmentation loads it)
+                    if kind == "vllm" and not args.quick:
                         del engine
                         engine = make(kind, model, precision, args.threads, kv_block_size=CRITIC_KV_BLOCK)
                     rate, dists = critic_rate(engine, size["judgements"])
@@ -247,6 +283,9 @@ def main() -> None:
         else:
             payload["tree_search"] = {**tree_search(make("vllm", args.generator, "fp32", args.threads),
                                                     size["questions"]), "model": str(args.generator)}
+        if not args.quick:
+            served = args.generator if (args.generator / "config.json").is_file() else model
+            payload |= job_figures(args.config, args.run_dir, served, Path(tmp))
     payload["tree_search_vs_plain_vllm"] = payload["tree_search"]["tree_search_vs_plain"]
     payload["extra_requests_per_group_readout"] = payload["tree_search"]["extra_requests_per_group_readout"]
     payload["targets"] = TARGETS

@@ -71,35 +71,44 @@ QUICK = Plan(world_instances=150, hidden_size=256, layers=2, max_tokens=16, conc
 # --- assets ----------------------------------------------------------------------------------------
 
 
-def build_assets(root: Path, plan: Plan) -> tuple[Path, RetrievalConfig]:
-    """World -> tiny model (random weights, `plan`'s size) and a Flat index of one passage shard."""
+def build_world_index(root: Path, plan: Plan) -> tuple[Path, RetrievalConfig]:
+    """A synthetic world of `plan`'s size and a Flat index of one passage shard: the world and its
+    retrieval config."""
     from raypipe.data.io import list_data_files
     from raypipe.data.world import synthesize
-    from raypipe.models import build_tiny_model, world_texts
     from raypipe.retrieval.build import assemble_index
     from raypipe.retrieval.embed import ShardEmbedder, shard_path, source_stamp
 
     world = root / "world"
     synthesize(WorldConfig(out_dir=str(world), instances=plan.world_instances, seed=3, eval_instances=0,
                            shard_size=200))
-    model = root / "model"
-    model_cfg = TinyModelConfig(out_dir=str(model), vocab_size=1024, hidden_size=plan.hidden_size,
-                                intermediate_size=plan.hidden_size * 4, num_hidden_layers=plan.layers,
-                                num_attention_heads=4, max_position_embeddings=1024, tokenizer_train_texts=2000)
-    build_tiny_model(model_cfg, world_texts(world, limit=model_cfg.tokenizer_train_texts), model)
     source = list_data_files(world / "passages")[0]
     index_dir = root / "index"
     embedder = ShardEmbedder(EncoderConfig(), batch_size=64, threads=2, rejects_dir=str(index_dir / "rejects"))
     embedder.embed_file(source, shard_path(index_dir, source), source_stamp(source, EncoderConfig()))
     index = IndexConfig(passages=str(source), out_dir=str(index_dir), factory="Flat")
     assemble_index(index_dir, [source], True, index)
-    return model, RetrievalConfig(index=index, top_k=2)
+    return world, RetrievalConfig(index=index, top_k=2)
+
+
+def build_assets(root: Path, plan: Plan) -> tuple[Path, RetrievalConfig]:
+    """World -> tiny model (random weights, `plan`'s size) and a Flat index of one passage shard."""
+    from raypipe.models import build_tiny_model, world_texts
+
+    world, retrieval = build_world_index(root, plan)
+    model = root / "model"
+    model_cfg = TinyModelConfig(out_dir=str(model), vocab_size=1024, hidden_size=plan.hidden_size,
+                                intermediate_size=plan.hidden_size * 4, num_hidden_layers=plan.layers,
+                                num_attention_heads=4, max_position_embeddings=1024, tokenizer_train_texts=2000)
+    build_tiny_model(model_cfg, world_texts(world, limit=model_cfg.tokenizer_train_texts), model)
+    return model, retrieval
 
 
 def app_config(model: Path, retrieval: RetrievalConfig, plan: Plan, port: int, replicas: int,
-               autoscale: tuple[int, int] | None = None) -> RaypipeConfig:
-    """`replicas` of every deployment on the request path, or the Decoder autoscaled within `autoscale`.
-    CPU shares are small enough that 2 replicas of everything fit 2 cores' worth of Ray CPUs."""
+               autoscale: tuple[int, int] | None = None, engine: EngineConfig | None = None) -> RaypipeConfig:
+    """`replicas` of every deployment on the request path, or the Decoder autoscaled within `autoscale`;
+    the model replicas on `engine` (default: HF, fp32). CPU shares are small enough that 2 replicas of
+    everything fit 2 cores' worth of Ray CPUs."""
     low, high = autoscale or (replicas, replicas)
     serve = ServeConfig(
         port=port, app_name=APP, generator=str(model), generator_replicas=replicas, retrieval_replicas=replicas,
@@ -108,7 +117,7 @@ def app_config(model: Path, retrieval: RetrievalConfig, plan: Plan, port: int, r
         max_queued_requests=4 * plan.burst, generator_cpus=0.4, retrieval_cpus=0.2, decoder_cpus=0.1,
         ingress_cpus=0.1, torch_threads=1, max_tokens_limit=plan.max_tokens)
     selfrag = SelfRAGSettings(mode="always", beam_width=2, max_depth=1, max_new_tokens=plan.max_tokens)
-    return RaypipeConfig(serve=serve, engine=EngineConfig(kind="hf"), methods=MethodsConfig(selfrag=selfrag),
+    return RaypipeConfig(serve=serve, engine=engine or EngineConfig(kind="hf"), methods=MethodsConfig(selfrag=selfrag),
                          retrieval=retrieval)
 
 
@@ -238,7 +247,7 @@ def autoscaling_run(cfg: RaypipeConfig, plan: Plan) -> dict[str, Any]:
             "load": load.summary()}
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -263,7 +272,7 @@ def main() -> None:
             model, retrieval = build_assets(Path(tmp), plan)
         use_local_worker_env()
         ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
-        port = _free_port()
+        port = free_port()
         try:
             one = measure(app_config(model, retrieval, plan, port, replicas=1), plan)
             two = measure(app_config(model, retrieval, plan, port, replicas=2), plan)

@@ -48,6 +48,9 @@ def _cfg(small_inputs, index_dir, tiny_model_dir, world_dir, out):
     return load_config(None, [
         f"augment.instances={small_inputs}", f"augment.critic={tiny_model_dir}", f"augment.out_dir={out}",
         "augment.critic_engine=vllm",  # the byte-identical resume below holds on vLLM's fp32 (and on HF's)
+        # one fused worker: each holds a vLLM engine (~25 s to start); workers side by side are the
+        # cluster tests' subject (tests/cluster_faults.py), on HF
+        "augment.workers=1",
         "retrieval.top_k=2", "augment.batch_size=8", "augment.sampling.drop_no_retrieval=0.5",
         f"retrieval.index.passages={world_dir / 'passages'}", f"retrieval.index.out_dir={index_dir}",
     ])
