@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -117,8 +117,9 @@ def eval_stage(baseline: Setting, others: list[Setting], config: Path, run_dir: 
 
 
 def serve_rps(model: Path, settings: list[Setting], work: Path, quick: bool = False) -> dict[str, Any]:
-    """Requests/s and latency of the served Self-RAG path (`benchmarks.serve_load`'s load at its plan's
-    size) with the Generator on `model`, one replica of each deployment, once per engine setting."""
+    """Requests/s and latency of the served Self-RAG path (`benchmarks.serve_load`'s load and sizes, the
+    load held 90 s: a request of the real LM takes seconds) with the Generator on `model`, one replica of
+    each deployment, once per engine setting."""
     import ray
     from ray import serve
 
@@ -126,15 +127,16 @@ def serve_rps(model: Path, settings: list[Setting], work: Path, quick: bool = Fa
     from raypipe.runtime import use_local_worker_env
     from raypipe.settings.models import EngineConfig
 
-    plan = QUICK if quick else FULL
+    plan = QUICK if quick else replace(FULL, duration_s=90.0)
     _, retrieval = build_world_index(work, plan)
     use_local_worker_env()
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    port = free_port()  # Serve's proxy keeps the port it started on for every app after
     runs = {}
     try:
         for s in settings:
             engine = EngineConfig(kind=s.kind, precision=s.precision, cpu_threads=1, max_model_len=2048)
-            runs[s.name] = measure(app_config(model, retrieval, plan, free_port(), replicas=1, engine=engine), plan)
+            runs[s.name] = measure(app_config(model, retrieval, plan, port, replicas=1, engine=engine), plan)
     finally:
         serve.shutdown()
         ray.shutdown()
