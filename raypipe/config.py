@@ -232,6 +232,9 @@ MOVED_KEYS = {
 class RaypipeConfig(Section):
     #: the run's folder: every artifact path that is not set derives from it (settings.paths.DERIVED_PATHS)
     run_dir: str = DEFAULT_RUN_DIR
+    #: seconds between the progress lines of a long stage (a model training) where stderr is not a
+    #: terminal (a pipe, a job's log, CI); a terminal gets a bar instead
+    progress_every_s: float = Field(30.0, gt=0)
     ray: RayConfig = RayConfig()
     world: WorldConfig = WorldConfig()
     segmentation: SegmentationConfig = SegmentationConfig()

@@ -8,7 +8,8 @@ most of it the two trainings (docs/results/demo.md).
 
 The terminal gets one compact table per stage (nested stats folded into one row per top-level key;
 the full stats are in each stage's output folder), progress bars on a terminal (Ray Data's own; a
-step counter with the loss while a model trains), and no worker output: Ray's workers log to the
+step counter with the loss while a model trains) and progress lines elsewhere (`progress_every_s`),
+and no worker output: Ray's workers log to the
 session folder printed at the start (raypipe.logs). It ends with the eval table and the next steps
 (`closing_block`), so the last screen says what came out and what to do with it; the whole output
 stays under 300 lines.
@@ -20,10 +21,8 @@ import json
 import logging
 import shlex
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -149,63 +148,14 @@ def _show_answers(cfg: RaypipeConfig) -> dict[str, Any]:
 
 def _train(which: str) -> Stage:
     def stage(cfg: RaypipeConfig) -> dict[str, Any]:
+        from raypipe.training.progress import training_progress
         from raypipe.training.trainer import run_train
 
-        with training_progress(Path(getattr(cfg.training, which).out_dir) / "logs", f"{which} training"):
+        with training_progress(Path(getattr(cfg.training, which).out_dir) / "logs", f"{which} training",
+                               cfg.progress_every_s):
             return run_train(cfg, which)
 
     return stage
-
-
-#: seconds between looks at a training run's metrics log
-_POLL_S = 1.0
-
-
-@contextmanager
-def training_progress(logs_dir: Path, desc: str, enabled: bool | None = None) -> Iterator[None]:
-    """A step counter with the latest loss while a Ray Train run writes `<logs_dir>/*.metrics.jsonl`
-    (one JSON line per optimizer step, rank 0): the workers' own output stays in Ray's log files, so
-    this is what shows the run is moving. Drawn only on a terminal (`enabled` None: stderr is one)."""
-    from tqdm import tqdm
-
-    show = sys.stderr.isatty() if enabled is None else enabled
-    if not show:
-        yield
-        return
-    started = time.time()
-    stop = threading.Event()
-    bar = tqdm(desc=desc, unit="step", leave=False, dynamic_ncols=True)
-
-    def poll() -> None:
-        while not stop.wait(_POLL_S):
-            record = _last_record(logs_dir, since=started)
-            if record is not None and record.get("step", 0) > bar.n:
-                bar.update(record["step"] - bar.n)
-                bar.set_postfix(loss=f"{record.get('loss', float('nan')):.3f}", refresh=True)
-
-    thread = threading.Thread(target=poll, name="training-progress", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
-        bar.close()
-
-
-def _last_record(logs_dir: Path, since: float) -> dict[str, Any] | None:
-    """The last complete line of the newest metrics log written after `since` (None: none yet)."""
-    logs = [p for p in logs_dir.glob("*.metrics.jsonl") if p.stat().st_mtime >= since]
-    if not logs:
-        return None
-    newest = max(logs, key=lambda p: p.stat().st_mtime)
-    lines = newest.read_text(encoding="utf-8").splitlines()
-    for line in reversed(lines):
-        try:
-            return json.loads(line)
-        except json.JSONDecodeError:  # a line still being written
-            continue
-    return None
 
 
 def stage_table(title: str, stats: dict[str, Any], clip: bool = True) -> Table:

@@ -141,7 +141,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         optimizer.load_state_dict(saved["optimizer"])
         scheduler.load_state_dict(saved["scheduler"])
         state.summary["resumed_from_step"] = state.step
-    metrics_log = MetricsLog(Path(config["metrics_log"]), rank, state.step)
+    metrics_log = MetricsLog(Path(config["metrics_log"]), rank, state.step, total)
     model.train()
     device_type = model_device(model).type
     # a classifier's weights stay fp32: `bf16` asks for bf16 products, which autocast gives

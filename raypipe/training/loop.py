@@ -115,17 +115,19 @@ class StepMeter:
 
 class MetricsLog:
     """One JSON line per optimizer step on rank 0, kept across restarts (`attempt_start_step` tells
-    the attempts apart), so a run's curve survives the failures it recovered from."""
+    the attempts apart), so a run's curve survives the failures it recovered from; each line carries
+    the run's `total_steps`, so a reader of the log alone can tell how far along it is."""
 
-    def __init__(self, path: Path, rank: int, attempt_start_step: int):
-        self.path, self.rank, self.attempt_start_step = path, rank, attempt_start_step
+    def __init__(self, path: Path, rank: int, attempt_start_step: int, total_steps: int):
+        self.path, self.rank, self.attempt_start_step, self.total_steps = path, rank, attempt_start_step, total_steps
         if rank == 0:
             path.parent.mkdir(parents=True, exist_ok=True)
 
     def write(self, record: dict[str, Any]) -> None:
         if self.rank == 0:
+            line = {**record, "total_steps": self.total_steps, "attempt_start_step": self.attempt_start_step}
             with self.path.open("a") as fh:
-                fh.write(json.dumps({**record, "attempt_start_step": self.attempt_start_step}) + "\n")
+                fh.write(json.dumps(line) + "\n")
 
 
 def train_loop_per_worker(config: dict[str, Any]) -> None:
@@ -157,7 +159,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     if restored is not None:
         logger.info("rank %d resumed at step %d (epoch %d, micro-batch %d)", rank, state.step, state.epoch,
                     state.micro_batches_done)
-    metrics_log = MetricsLog(Path(config["metrics_log"]), rank, start_step)
+    metrics_log = MetricsLog(Path(config["metrics_log"]), rank, start_step, total)
     shard = ray.train.get_dataset_shard("train")
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     state_bytes: dict[str, int] = {}

@@ -1,14 +1,13 @@
-"""The demo's terminal output: compact stage tables and a training step counter read from the metrics log."""
+"""The demo's terminal output: compact stage tables."""
 
 from __future__ import annotations
 
 import inspect
 import json
-import time
 
 from rich.console import Console
 
-from raypipe.demo import MAX_VALUE_CHARS, _last_record, stage_table
+from raypipe.demo import MAX_VALUE_CHARS, stage_table
 
 #: the shape of `raypipe label`'s stats: three levels deep, 85 rows when flattened one per leaf
 LABEL_STATS = {
@@ -45,16 +44,6 @@ def test_stage_table_folds_nested_stats_into_one_row_per_key():
 def test_stage_table_prints_list_like_values_as_they_are():
     text = "\n".join(_render({"qa_datasets": "[factual_qa, multiple_choice]", "[path]": 1}))
     assert "[factual_qa, multiple_choice]" in text and "[path]" in text
-
-
-def test_last_record_reads_the_newest_complete_line(tmp_path):
-    started = time.time() - 1
-    assert _last_record(tmp_path, since=started) is None
-    log = tmp_path / "main.metrics.jsonl"
-    log.write_text(json.dumps({"step": 1, "loss": 2.0}) + "\n" + json.dumps({"step": 2, "loss": 1.5}) + "\n"
-                   + '{"step": 3, "lo')  # a line still being written
-    assert _last_record(tmp_path, since=started) == {"step": 2, "loss": 1.5}
-    assert _last_record(tmp_path, since=time.time() + 60) is None  # an older run's log is not this run's
 
 
 def test_long_values_are_cut_to_two_terminal_lines_unless_asked_not_to():
