@@ -3,6 +3,10 @@ and a GPU node alike."""
 
 from __future__ import annotations
 
+import contextlib
+import platform
+from pathlib import Path
+
 import torch
 
 from raypipe.settings.models import DecodePrecision
@@ -26,6 +30,19 @@ def cpu_computes_bf16() -> bool:
     # torch exposes these checks only as torch.cpu's underscore helpers (2.13); they read CPUID, which is
     # what oneDNN itself dispatches on
     return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+
+
+def cpu_kind() -> str:
+    """The CPU's model name and the widest matrix instructions it has (AMX, AVX512-BF16, AVX-512, AVX2):
+    what a timing recorded on it needs beside it, since the same job runs 1.5-3x apart across them."""
+    name = ""
+    with contextlib.suppress(OSError):  # no /proc/cpuinfo: not Linux
+        name = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                     if line.startswith("model name")), "")
+    isa = ("AMX" if torch.cpu._is_amx_tile_supported() else "AVX512-BF16" if torch.cpu._is_avx512_bf16_supported()
+           else "AVX-512" if torch.cpu._is_avx512_supported() else "AVX2" if torch.cpu._is_avx2_supported()
+           else "no AVX2")
+    return f"{name or platform.processor() or platform.machine()}, {isa}"
 
 
 def decoding_dtype(precision: DecodePrecision, device: str) -> torch.dtype:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import json
 
+import pytest
 from rich.console import Console
 
 from raypipe.demo import MAX_VALUE_CHARS, stage_table
@@ -204,3 +205,27 @@ def test_the_demos_eval_table_leaves_out_what_the_closing_tables_and_warnings_sh
     assert all(f'"{name}"' in runner_source for name in EVAL_SHOWN_ELSEWHERE)  # names the runner writes
     monkeypatch.setattr(raypipe.eval.runner, "run_eval", lambda cfg: stats)
     assert list(_evaluate(None)) == ["out_dir", "critique vs look-alikes", "seconds"]
+
+
+def test_the_demo_clock_names_the_machine_beside_the_seconds():
+    import os
+
+    from raypipe.demo import demo_times
+
+    clock = demo_times({"synthetic world": 3.2, "generator training": 1500.0}, 1603.26)
+    assert clock["stages"] == {"synthetic world": 3.2, "generator training": 1500.0}
+    assert clock["total_s"] == 1603.3 and clock["cores"] == os.cpu_count()
+    assert clock["cpu"].rsplit(", ", 1)[1] in {"AMX", "AVX512-BF16", "AVX-512", "AVX2", "no AVX2"}
+
+
+@pytest.mark.parametrize(("amx", "bf16", "avx512", "avx2", "kind"), [
+    (True, True, True, True, "AMX"), (False, True, True, True, "AVX512-BF16"),
+    (False, False, True, True, "AVX-512"), (False, False, False, True, "AVX2"), (False, False, False, False, "no AVX2")])
+def test_cpu_kind_names_the_widest_matrix_instructions(monkeypatch, amx, bf16, avx512, avx2, kind):
+    import torch
+
+    from raypipe.models.device import cpu_kind
+
+    for name, value in (("amx_tile", amx), ("avx512_bf16", bf16), ("avx512", avx512), ("avx2", avx2)):
+        monkeypatch.setattr(torch.cpu, f"_is_{name}_supported", lambda v=value: v)
+    assert cpu_kind().endswith(f", {kind}")
