@@ -30,10 +30,17 @@ def _cuda_available() -> bool:
         return False
 
 
+#: the run order's ranks: unit tests, the other integration tests, the quick benchmarks' checks
+UNIT, INTEGRATION, QUICK_CHECKS = 0, 1, 2
+
+
 def _run_order(item) -> int:
-    """Unit tests first, then the quick benchmarks, then the other integration tests (sorted stably)."""
+    """Unit tests first, then the integration tests, then the checks of the quick benchmark runs (sorted
+    stably): the runs go on beside the tests from the session's start, and their checks wait for them
+    last, so the cores an integration test leaves idle (a single-process stretch, a fault test's wait)
+    run them instead of a wait of their own."""
     path = item.nodeid.split("::")[0]
-    return 0 if path.startswith("tests/unit/") else 1 if path == bench_quick.MODULE else 2
+    return UNIT if path.startswith("tests/unit/") else QUICK_CHECKS if path == bench_quick.MODULE else INTEGRATION
 
 
 def pytest_collection_modifyitems(config, items):
@@ -47,7 +54,7 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_collection_finish(session):
     """After deselection (-k, -m): start the quick benchmarks only when one of their tests will run."""
-    if not session.config.option.collectonly and any(_run_order(item) == 1 for item in session.items):
+    if not session.config.option.collectonly and any(_run_order(item) == QUICK_CHECKS for item in session.items):
         bench_quick.started = bench_quick.QuickRuns()  # they run beside the unit tests
 
 
@@ -126,7 +133,7 @@ def _close_vllm_engines() -> None:
 def pytest_runtest_teardown(item, nextitem):
     """The engines go after the last unit test (the only tests that share them), not at the session's
     end: an idle engine's worker process still polls its queue, ~2% of a core each (measured)."""
-    if _run_order(item) == 0 and (nextitem is None or _run_order(nextitem) != 0):
+    if _run_order(item) == UNIT and (nextitem is None or _run_order(nextitem) != UNIT):
         _close_vllm_engines()
 
 

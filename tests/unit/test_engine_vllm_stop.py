@@ -6,6 +6,7 @@ agreement with the HF loop is tests/unit/test_engine_contract.py."""
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import types
 from dataclasses import dataclass, field
@@ -13,6 +14,9 @@ from dataclasses import dataclass, field
 import pytest
 
 from raypipe.inference.engines.base import GenerationParams
+
+#: the environment variables the vLLM engine sets for its start on a CPU
+CPU_SETTINGS = ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "OMP_NUM_THREADS")
 
 
 @dataclass
@@ -40,6 +44,8 @@ class ScriptedLLM:
 
     def __init__(self, **kwargs):
         self.requests: list[SamplingParams] = []
+        #: the CPU settings in the environment while the engine starts
+        self.environment = {name: os.environ.get(name) for name in CPU_SETTINGS}
 
     def generate(self, prompts, sampling, use_tqdm=False):
         sampling = sampling if isinstance(sampling, list) else [sampling] * len(prompts)
@@ -70,8 +76,9 @@ def engine(tiny_model_dir, monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm.inputs", inputs)
     vllm.envs = types.ModuleType("vllm.envs")  # the CPU settings are environment variables; nothing cached
     monkeypatch.setitem(sys.modules, "vllm.envs", vllm.envs)
-    for name in ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_CPU_KVCACHE_SPACE", "OMP_NUM_THREADS"):
-        monkeypatch.delenv(name, raising=False)  # the engine sets them: dropped again after the test
+    for name in CPU_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")  # a value of the process's own, to be kept
     import raypipe.inference.engines as engines
 
     # a fresh import over the stand-in: the real module (a vLLM test may have imported it) is put back after
@@ -109,3 +116,16 @@ def test_two_passes_stop_after_the_answer_line_and_carry_the_penalty(engine):
         seen = tok(head, add_special_tokens=False)["input_ids"]
         assert request.max_tokens == 30 - len(seen)
         assert request.logit_bias == {t: -0.5 * seen.count(t) for t in seen}
+
+
+def test_the_cpu_settings_hold_for_the_engine_start_only(engine):
+    """Left in the environment they would reach every process started from here later (a local Ray
+    instance's workers inherit it: one torch thread in a training worker of two CPUs)."""
+    import torch
+
+    # an in-process engine on the process's torch threads (no `cpu_threads` set), 1 GiB of KV cache
+    assert engine.llm.environment == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1",
+                                      "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+                                      "OMP_NUM_THREADS": str(torch.get_num_threads())}
+    assert os.environ["OMP_NUM_THREADS"] == "7"
+    assert not any(os.environ.get(name) for name in CPU_SETTINGS[:3])

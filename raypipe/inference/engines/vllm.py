@@ -28,6 +28,8 @@ from __future__ import annotations
 import inspect
 import os
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -63,23 +65,41 @@ Row = tuple[list[int], list[float], FinishReason, list[dict[int, float]]]
 READS_LISTED_IDS = "logprob_token_ids" in inspect.signature(SamplingParams).parameters
 
 
-def _cpu_environment(cfg: EngineConfig) -> None:
-    """vLLM's CPU settings, as the environment variables it reads when an engine starts (vLLM caches
-    them after the first engine of a process: the cache is cleared so that this engine's hold).
+def _cpu_environment(cfg: EngineConfig) -> dict[str, str]:
+    """vLLM's CPU settings, as the environment variables it reads when an engine starts (`_environment`
+    sets them for the start only).
 
     vLLM drops torch to one thread unless `OMP_NUM_THREADS` is set: it is set to `cfg.cpu_threads`, or
-    to the threads the process has. A child engine core is not pinned to cores
-    (`VLLM_CPU_OMP_THREADS_BIND=nobind`): fixed core lists would collide between the engines of a node."""
+    to the threads the process has, and an engine in this process gets that many torch threads. A child
+    engine core is not pinned to cores (`VLLM_CPU_OMP_THREADS_BIND=nobind`): fixed core lists would
+    collide between the engines of a node."""
     threads = cfg.cpu_threads or torch.get_num_threads()
-    torch.set_num_threads(threads)
-    os.environ["OMP_NUM_THREADS"] = str(threads)
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if cfg.in_process else "1"
-    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
-    os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cfg.cpu_kv_cache_gib)
+    if cfg.in_process:
+        torch.set_num_threads(threads)
+    return {"OMP_NUM_THREADS": str(threads), "VLLM_ENABLE_V1_MULTIPROCESSING": "0" if cfg.in_process else "1",
+            "VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_CPU_KVCACHE_SPACE": str(cfg.cpu_kv_cache_gib)}
+
+
+@contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """`values` in this process's environment while an engine starts, the old ones back after it: left
+    set, they would reach every process started from here later (a local Ray instance's workers
+    inherit the driver's environment: one torch thread in a 2-CPU training worker). vLLM caches the
+    variables after the first engine of a process: the cache is cleared so that this engine's hold."""
     from vllm import envs
 
+    before = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
     if hasattr(envs, "disable_envs_cache"):
         envs.disable_envs_cache()
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 class VLLMEngine(Engine):
@@ -106,19 +126,21 @@ class VLLMEngine(Engine):
             cfg.max_model_len or model_positions) else None
         #: prompts cut from the left to fit `max_positions`
         self.truncated = 0
+        environment: dict[str, str] = {}
         if torch.cuda.is_available():
             llm_kwargs.setdefault("gpu_memory_utilization", cfg.gpu_memory_utilization)
         else:
-            _cpu_environment(cfg)
+            environment = _cpu_environment(cfg)
         if cfg.kv_block_size:
             llm_kwargs.setdefault("block_size", cfg.kv_block_size)
         #: prefix caching keeps whole blocks: a shared prefix shorter than one is not reused
         self.block_size = llm_kwargs.get("block_size") or (16 if torch.cuda.is_available() else 128)
         # one pass reads len(read_ids) listed ids plus the chosen one; two passes read the whole vocabulary
         max_logprobs = len(self.read_ids) + 1 if READS_LISTED_IDS else -1
-        self.llm = LLM(model=str(model_path), tokenizer=str(model_path), dtype=dtype, max_logprobs=max_logprobs,
-                       max_model_len=self.max_positions, enable_prefix_caching=True,
-                       enforce_eager=cfg.enforce_eager, seed=0, **llm_kwargs)
+        with _environment(environment):
+            self.llm = LLM(model=str(model_path), tokenizer=str(model_path), dtype=dtype, max_logprobs=max_logprobs,
+                           max_model_len=self.max_positions, enable_prefix_caching=True,
+                           enforce_eager=cfg.enforce_eager, seed=0, **llm_kwargs)
 
     def close(self) -> None:
         """Stop the engine core (its child process, when not in process) now rather than at exit."""
