@@ -1,11 +1,10 @@
 """The quick runs of every benchmark, started in the background when the test session starts.
 
 Each quick run is its own process with its own Ray instance, and most of its time is process, model
-and Ray start-up. They run two at a time from the session's start, beside the unit tests (one process)
-and then the integration tests (whose single-process stretches and fault waits leave cores idle);
-test_benchmarks_quick.py runs last (tests/conftest.py orders it) and waits for what is left. Their
-figures are not what is checked (speed targets live in the full runs' JSON), so sharing the cores
-changes nothing the tests assert.
+and Ray start-up. The unit tests, which run first (tests/conftest.py orders them), use one core; the
+quick runs take the other meanwhile, two at a time, and test_benchmarks_quick.py waits for what is
+left. Their figures are not what is checked (speed targets live in the full runs' JSON), so sharing
+the cores changes nothing the tests assert.
 """
 
 from __future__ import annotations
