@@ -36,9 +36,8 @@ UNIT, QUICK_CHECKS, INTEGRATION = 0, 1, 2
 
 def _run_order(item) -> int:
     """Unit tests first, then the quick benchmarks' checks (which wait for the runs), then the other
-    integration tests (sorted stably). Tried the other way round (the runs beside the integration tests,
-    their checks last; 2026-12-03): 2 minutes saved of 41, and the one-node serving fault, run beside a
-    multi-node fault test, failed requests sent after its kill."""
+    integration tests (sorted stably). Not the runs beside the integration tests: a quick run's
+    serving fault then fails requests sent after its kill (docs/results/test-suite.md)."""
     path = item.nodeid.split("::")[0]
     return UNIT if path.startswith("tests/unit/") else QUICK_CHECKS if path == bench_quick.MODULE else INTEGRATION
 
