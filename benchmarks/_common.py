@@ -6,6 +6,7 @@ ratio, and where it ran (ARCHITECTURE.md §3), so a number is never quoted witho
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -85,3 +86,16 @@ def peak_rss_gib_tree(pid: int | None = None) -> float:
         except psutil.Error:
             continue
     return total / 2**30
+
+
+def add_engine_option(parser: argparse.ArgumentParser) -> None:
+    """`--engine`: which inference engine a decoding benchmark runs on (`engine_choice` reads it)."""
+    parser.add_argument("--engine", choices=("auto", "hf", "vllm"), default=None,
+                        help="the inference engine (default: auto, vLLM wherever it imports, as the jobs pick "
+                             "it; with --quick: hf, which starts in a second where a vLLM engine takes 20-30 s "
+                             "and the engine contract tests run vLLM)")
+
+
+def engine_choice(args: argparse.Namespace) -> str:
+    """The engine `--engine` names, or the default of the run's mode (see `add_engine_option`)."""
+    return args.engine or ("hf" if args.quick else "auto")

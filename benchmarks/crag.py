@@ -42,7 +42,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import timer, write_result
+from benchmarks._common import add_engine_option, engine_choice, timer, write_result
 from raypipe.eval.crag_steps import CragStep, count_steps
 from raypipe.inference.engines.base import Engine, Generation, GenerationParams
 from tests.keyword_searcher import KeywordSearcher
@@ -195,7 +195,7 @@ def tiny_generator(work: Path, world: Path) -> Path:
     return build_tiny_model(cfg, world_texts(world, limit=cfg.tokenizer_train_texts), work / "tiny")
 
 
-def quick_tools(work: Path, cfg):
+def quick_tools(work: Path, cfg, kind: str):
     """A small world searched by keywords, the untrained evaluator, the tiny model as LM and engine."""
     import pyarrow.parquet as pq
 
@@ -209,7 +209,7 @@ def quick_tools(work: Path, cfg):
     world = work / "world"
     synthesize(WorldConfig(out_dir=str(world), instances=200, seed=0, eval_instances=12))
     tiny = tiny_generator(work, world)
-    engine = make_engine(str(tiny), EngineConfig(kind="hf", batch_size=16))
+    engine = make_engine(str(tiny), EngineConfig(kind=kind, batch_size=16))
     evaluator = CrossEncoderRetrievalEvaluator(untrained_evaluator(work / "evaluator"),
                                                batch_size=cfg.crag.evaluator.batch_size, device="cpu")
     toolkit = Toolkit(engine=engine, lm=engine, evaluator=evaluator,
@@ -218,7 +218,7 @@ def quick_tools(work: Path, cfg):
     return toolkit, world / "eval", "tiny untrained (quick)", "tiny untrained (quick)"
 
 
-def full_tools(work: Path, cfg, generator: str | None):
+def full_tools(work: Path, cfg, generator: str | None, kind: str):
     """The run's dense retriever, web index, trained evaluator and instruct LM; the Self-RAG
     generator of `--generator`, or the tiny model with random weights."""
     from dataclasses import replace
@@ -227,12 +227,13 @@ def full_tools(work: Path, cfg, generator: str | None):
     from raypipe.inference.engines import make_engine
 
     used = {"retriever", "web", "evaluator", "lm"}
-    toolkit = load_tools(used, cfg.eval.generator, cfg.engine.model_copy(update={"kind": "hf"}), cfg.retrieval,
+    engine = cfg.engine.model_copy(update={"kind": kind})
+    toolkit = load_tools(used, cfg.eval.generator, engine, cfg.retrieval,
                        crag=cfg.crag.model_copy(update={"evaluator": cfg.crag.evaluator.model_copy(
                            update={"device": "cpu"})}))
     world = Path(cfg.world.out_dir)
     gen_path = Path(generator) if generator else tiny_generator(work, world)
-    toolkit = replace(toolkit, engine=make_engine(str(gen_path), cfg.engine.model_copy(update={"kind": "hf"})))
+    toolkit = replace(toolkit, engine=make_engine(str(gen_path), engine))
     return toolkit, world / "eval", cfg.crag.lm, str(gen_path) if generator else "tiny, random weights (none trained)"
 
 
@@ -288,6 +289,7 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="held-out QA questions")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--set", action="append", default=[], help="config override, as `raypipe --set`")
+    add_engine_option(parser)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
@@ -303,12 +305,13 @@ def main() -> None:
     cfg = load_config(args.config, ([] if args.quick else [f"run_dir={args.run_dir}"]) + args.set)
     with tempfile.TemporaryDirectory(prefix="bench_crag_") as tmp:
         if args.quick:
-            toolkit, eval_dir, lm_name, gen_name = quick_tools(Path(tmp), cfg)
+            toolkit, eval_dir, lm_name, gen_name = quick_tools(Path(tmp), cfg, engine_choice(args))
             limit, tokens, single = args.limit or 8, 8, 24
         else:
-            toolkit, eval_dir, lm_name, gen_name = full_tools(Path(tmp), cfg, args.generator)
+            toolkit, eval_dir, lm_name, gen_name = full_tools(Path(tmp), cfg, args.generator, engine_choice(args))
             limit, tokens, single = args.limit or 16, cfg.methods.crag.max_new_tokens, 48
         requests = requests_of(eval_dir, limit)
+        engines = {"engine": type(toolkit.engine).__name__, "lm": type(toolkit.lm).__name__}
         top_k = cfg.retrieval.top_k
         ev = batched_vs_single(toolkit.evaluator, evaluator_pairs(toolkit, requests, top_k), single)
         rewriter = rewriter_prefix(toolkit.lm, [r.retrieval_text() for r in requests], args.batch_size)
@@ -332,7 +335,7 @@ def main() -> None:
                                  "selfrag": t_selfrag, "selfcrag": t_selfcrag}.items()}
     payload = {
         "mode": "quick" if args.quick else "full",
-        "instances": n, "top_k": top_k, "batch_size": args.batch_size,
+        "instances": n, "top_k": top_k, "batch_size": args.batch_size, "engines": engines,
         "evaluator_batched_vs_single": ev.pop("evaluator_batched_vs_single"), "evaluator": ev,
         "crag_vs_rag_time_ratio": t_crag / t_rag,
         "selfcrag_vs_selfrag_time_ratio": t_selfcrag / t_selfrag,

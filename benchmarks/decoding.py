@@ -1,4 +1,5 @@
-"""Self-RAG decoding on the HF engine (tiny Llama, CPU, one torch thread), in one run:
+"""Self-RAG decoding on the jobs' engine (`--engine`: vLLM where it imports; tiny Llama, CPU, one torch
+thread), in one run:
 
 1. K = 5 passage continuations of each question expanded in one batched engine call vs one call per
    passage; the generated tokens must be identical (asserted) -> `batched_vs_sequential_ratio`;
@@ -20,7 +21,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from benchmarks._common import timer, write_result
+from benchmarks._common import add_engine_option, engine_choice, timer, write_result
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 logger = logging.getLogger("benchmarks.decoding")
@@ -105,24 +106,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.decoding", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes, finishes in under a minute")
+    add_engine_option(parser)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     size = SIZES["quick" if args.quick else "full"]
 
     import torch
 
-    from raypipe.inference.engines.hf import HFEngine
+    from raypipe.inference.engines import make_engine
+    from raypipe.settings.models import EngineConfig
 
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory(prefix="bench_decoding_") as tmp:
         model_dir, groups = build_inputs(Path(tmp), size["instances"], size["questions"])
-        engine = HFEngine(model_dir, batch_size=K, device="cpu")
+        # fp32: the batched and one-by-one tokens are compared exactly (bf16 on vLLM is not reproducible)
+        engine = make_engine(model_dir, EngineConfig(kind=engine_choice(args), batch_size=K, precision="fp32",
+                                                     cpu_threads=1), device="cpu")
         expansion = batched_vs_sequential(engine, groups, _params(engine, size["max_new_tokens"], True))
         overhead = reflection_overhead(engine, groups, size["max_new_tokens"], size["repeats"])
 
     payload = {
         "quick": args.quick,
-        "model": "tiny Llama (raypipe.settings.models.TinyModelConfig defaults), untrained, HF engine, 1 torch thread",
+        "model": "tiny Llama (raypipe.settings.models.TinyModelConfig defaults), untrained, fp32, 1 torch thread",
+        "engine": type(engine).__name__,
         "max_new_tokens": size["max_new_tokens"],
         **expansion,
         **overhead,

@@ -22,7 +22,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from benchmarks._common import timer, write_result
+from benchmarks._common import add_engine_option, engine_choice, timer, write_result
 from tests.keyword_searcher import KeywordSearcher
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -69,6 +69,7 @@ def main() -> None:
     parser.add_argument("--top-k", type=int, default=None,
                         help="documents per question for both methods (default: the config's retrieval.top_k; "
                              "Table 5's is 5)")
+    add_engine_option(parser)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
@@ -94,7 +95,7 @@ def main() -> None:
             model = Path(args.model or cfg.training.self_reasoning.out_dir)
             retriever, eval_dir = load_retriever(cfg.retrieval), Path(cfg.world.out_dir) / "eval"
             limit, sr_tokens = args.limit or 50, cfg.methods.self_reasoning.max_new_tokens
-        engine = make_engine(str(model), EngineConfig(kind="hf", batch_size=16))
+        engine = make_engine(str(model), EngineConfig(kind=engine_choice(args), batch_size=16))
         toolkit = Toolkit(engine=engine, retriever=retriever)
         requests = requests_of(eval_dir, limit)
         top_k = args.top_k or cfg.retrieval.top_k
@@ -115,7 +116,7 @@ def main() -> None:
     payload = {
         "mode": "quick" if args.quick else "full",
         "model": str(model) if not args.quick else "tiny untrained (quick)",
-        "questions": n, "top_k": top_k,
+        "questions": n, "top_k": top_k, "engine": type(engine).__name__,
         "sr_seconds_per_question": t_sr.seconds / n,
         "selfrag_seconds_per_question": t_selfrag.seconds / n,
         "sr_vs_selfrag_time_ratio": t_sr.seconds / t_selfrag.seconds,

@@ -35,7 +35,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 import httpx
 
-from benchmarks._common import timer, write_result
+from benchmarks._common import add_engine_option, engine_choice, timer, write_result
 from raypipe.config import MethodsConfig, RaypipeConfig, ServeConfig
 from raypipe.methods.selfrag.settings import SelfRAGSettings
 from raypipe.settings.data import WorldConfig
@@ -257,6 +257,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.serve_load",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, ~1.5 minutes")
+    add_engine_option(parser)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -265,6 +266,7 @@ def main() -> None:
     import ray
     from ray import serve
 
+    from raypipe.inference.engines import engine_kind as resolved_kind
     from raypipe.runtime import use_local_worker_env
 
     with tempfile.TemporaryDirectory(prefix="serve_load_") as tmp, timer() as total:
@@ -273,17 +275,19 @@ def main() -> None:
         use_local_worker_env()
         ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
         port = free_port()
+        engine = EngineConfig(kind=engine_choice(args), precision="fp32")
         try:
-            one = measure(app_config(model, retrieval, plan, port, replicas=1), plan)
-            two = measure(app_config(model, retrieval, plan, port, replicas=2), plan)
-            scaling = autoscaling_run(app_config(model, retrieval, plan, port, replicas=2, autoscale=(1, 2)), plan)
+            one = measure(app_config(model, retrieval, plan, port, replicas=1, engine=engine), plan)
+            two = measure(app_config(model, retrieval, plan, port, replicas=2, engine=engine), plan)
+            scaling = autoscaling_run(app_config(model, retrieval, plan, port, replicas=2, autoscale=(1, 2),
+                                                 engine=engine), plan)
         finally:
             serve.shutdown()
             ray.shutdown()
     ratio = two["rps"] / one["rps"] if one["rps"] else 0.0
     payload = {
         "quick": args.quick,
-        "plan": plan.__dict__,
+        "plan": plan.__dict__, "engine": resolved_kind(engine.kind),
         "rps_1_replica": one["rps"], "rps_2_replicas": two["rps"], "speedup_2_vs_1": round(ratio, 3),
         "p50_ms_1_replica": one["p50_ms"], "p95_ms_1_replica": one["p95_ms"],
         "p50_ms_2_replicas": two["p50_ms"], "p95_ms_2_replicas": two["p95_ms"],
