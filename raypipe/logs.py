@@ -28,6 +28,7 @@ import os
 import sys
 import time
 import warnings
+from collections.abc import Callable
 
 #: logger -> the lowest level it prints at; applied by `quiet_third_party`
 NOISY_LOGGERS: dict[str, int] = {
@@ -127,21 +128,39 @@ def ray_logs_dir() -> str | None:
 
 
 class ProgressLog:
-    """Progress of a long Ray Data pass as log lines, at every `every` share of `total`, when stderr
-    is not a terminal: there Ray Data's bars are not drawn and its own periodic progress log is kept
-    off the console (above), so a job under `ray job submit`, nohup or CI would say nothing for the
-    length of an eval. On a terminal it logs nothing (the bars show it)."""
+    """Progress of a long Ray Data pass as log lines when stderr is not a terminal: at every `every`
+    share of `total`, and at the first step after `every_s` seconds without a line, so that a slow
+    pass still speaks at least that often between batches. There Ray Data's bars are not drawn and
+    its own periodic progress log is kept off the console (above), so a job under `ray job submit`,
+    nohup or CI would say nothing for the length of an eval or an augmentation. On a terminal it logs
+    nothing (the bars show it)."""
 
     def __init__(self, desc: str, total: int, every: float = 0.1, enabled: bool | None = None,
-                 log: logging.Logger | None = None):
+                 log: logging.Logger | None = None, every_s: float | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         self.desc, self.total, self.done = desc, max(total, 1), 0
         self.enabled = (not sys.stderr.isatty()) if enabled is None else enabled
         self.step_size = max(1, round(self.total * every))
+        self.every_s = every_s
         self.log = log or logging.getLogger(PROGRESS_LOGGER)
-        self.start = time.monotonic()
+        self.clock = clock
+        self.start = self.shown_at = clock()
 
     def step(self, n: int = 1) -> None:
         before, self.done = self.done, self.done + n
-        if self.enabled and (self.done // self.step_size > before // self.step_size or self.done == self.total):
-            self.log.info("%s: %d of %d (%.0f%%), %.0f s", self.desc, self.done, self.total,
-                          100 * self.done / self.total, time.monotonic() - self.start)
+        if not self.enabled:
+            return
+        now = self.clock()
+        overdue = self.every_s is not None and now - self.shown_at >= self.every_s
+        if overdue or self.done // self.step_size > before // self.step_size or self.done == self.total:
+            elapsed = now - self.start
+            rate = self.done / elapsed if elapsed > 0 else 0.0
+            left = f", about {duration((self.total - self.done) / rate)} left" if rate and self.done < self.total else ""
+            self.log.info("%s: %d of %d (%.0f%%), %.0f s, %.2f/s%s", self.desc, self.done, self.total,
+                          100 * self.done / self.total, elapsed, rate, left)
+            self.shown_at = now
+
+
+def duration(seconds: float) -> str:
+    """`45 s` under a minute and a half, else `12 min`: how long a progress line says is left."""
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"

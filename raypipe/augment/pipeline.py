@@ -46,6 +46,7 @@ from raypipe.data.io import list_data_files, validate_batch, write_jsonl, write_
 from raypipe.data.schemas import INSTANCE_SCHEMA
 from raypipe.errors import ConfigError, DataError
 from raypipe.heap import release_freed_memory
+from raypipe.logs import ProgressLog
 from raypipe.settings.augment import AugmentConfig
 from raypipe.settings.data import LimitsConfig
 
@@ -439,10 +440,12 @@ def run_augment(cfg: RaypipeConfig) -> dict[str, Any]:
         expected = {f: pq.ParquetFile(f).metadata.num_rows for f in todo}
         writer = ShardWriter(out_dir, expected, seen_ids)
         ds = build_dataset(todo, cfg)
+        progress = ProgressLog("augment", sum(expected.values()), every_s=cfg.progress_every_s)
         for batch in ds.iter_batches(batch_format="pandas", batch_size=a.batch_size):
             rows = batch.to_dict(orient="records")
             n_in += len(rows)
             writer.add(rows)
+            progress.step(len(rows))
         empty = [f for f, n in expected.items() if n == 0]
         for f in empty:
             writer.flush(f)

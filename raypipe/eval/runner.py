@@ -38,7 +38,6 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +58,7 @@ from raypipe.eval.robustness import RemovalPlan, plan_removal, robustness_metric
 from raypipe.logs import ProgressLog
 from raypipe.methods import get_method
 from raypipe.methods.base import Variant
+from raypipe.provenance import provenance
 from raypipe.runtime import ensure_ray
 
 logger = logging.getLogger(__name__)
@@ -195,14 +195,16 @@ def _predict(cfg: RaypipeConfig, items: list[EvalItem], variants: list[Variant],
             ).iter_rows()
 
         yield pass_results(decode, items, [v.name for v in group], predictions_dir, prints,
-                           f"eval pass {n} of {len(passes)} ({generator})")
+                           f"eval pass {n} of {len(passes)} ({generator})", every_s=cfg.progress_every_s)
 
 
 def pass_results(decode: DecodeRows, items: list[EvalItem], group: list[str], predictions_dir: Path,
-                 prints: dict[str, str], label: str) -> dict[str, list[tuple[EvalItem, dict[str, Any]]]]:
+                 prints: dict[str, str], label: str,
+                 every_s: float | None = None) -> dict[str, list[tuple[EvalItem, dict[str, Any]]]]:
     """One pass's results per variant, in input order: what a stopped run kept for the same
     fingerprints (raypipe.eval.partial), then `decode` over the items some variant still lacks, each
-    result kept as it arrives."""
+    result kept as it arrives; a progress line every tenth and at least every `every_s` seconds
+    between results where stderr is not a terminal."""
     order = {(item.set, item.id): i for i, item in enumerate(items)}
     kept = {name: read_partial(partial_path(predictions_dir, name), prints[name]) for name in group}
     todo = [item for item in items if any((item.set, item.id) not in kept[name] for name in group)]
@@ -210,7 +212,7 @@ def pass_results(decode: DecodeRows, items: list[EvalItem], group: list[str], pr
                   for name in group}
     if len(todo) < len(items):
         logger.info("%s: %d of %d items kept from a stopped run", label, len(items) - len(todo), len(items))
-    progress = ProgressLog(label, len(todo) * len(group))
+    progress = ProgressLog(label, len(todo) * len(group), every_s=every_s)
     writer = PartialWriter(predictions_dir, {name: prints[name] for name in group}, kept)
     try:
         for row in decode(todo) if todo else ():
@@ -314,10 +316,10 @@ def method_rows(cfg: RaypipeConfig, variants: list[Variant]) -> dict[str, dict[s
 
 
 def _run_record(cfg: RaypipeConfig) -> dict[str, Any]:
-    """When and how this eval ran, and with which retriever: the header of results.md."""
+    """When, where and how this eval ran, and with which retriever: the header of results.md, and the
+    provenance (commit, date, CPU kind, cores) of README's figures drawn from metrics.json."""
     encoder = cfg.retrieval.encoder
-    return {"date": datetime.now(timezone.utc).date().isoformat(),
-            "command": shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+    return {**provenance(), "command": shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]),
             "retriever": f"{encoder.kind}{' ' + encoder.path if encoder.path else ''} over "
                          f"{cfg.retrieval.index.out_dir} ({cfg.retrieval.index.factory}), K = {cfg.retrieval.top_k}",
             "limit": cfg.eval.limit}

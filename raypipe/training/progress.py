@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from raypipe.logs import PROGRESS_LOGGER
+from raypipe.logs import PROGRESS_LOGGER, duration
 
 #: seconds between looks at a run's metrics log
 POLL_S = 1.0
@@ -40,10 +40,6 @@ def last_record(logs_dir: Path, since: float) -> dict[str, Any] | None:
     return None
 
 
-def _duration(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
-
-
 def progress_line(desc: str, record: dict[str, Any], steps_per_s: float | None) -> str:
     """`desc: step 120 of 418 (29%), 0.45 steps/s, loss 1.234, about 11 min left` (the parts the
     record and the rate allow)."""
@@ -54,7 +50,7 @@ def progress_line(desc: str, record: dict[str, Any], steps_per_s: float | None) 
     if "loss" in record:
         parts.append(f"loss {record['loss']:.3f}")
     if steps_per_s and total and total > step:
-        parts.append(f"about {_duration((total - step) / steps_per_s)} left")
+        parts.append(f"about {duration((total - step) / steps_per_s)} left")
     return f"{desc}: " + ", ".join(parts)
 
 

@@ -8,6 +8,7 @@ quality of the labels.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pyarrow as pa
@@ -61,10 +62,14 @@ def _read(out: Path) -> dict[str, bytes]:
 
 
 def test_augment_writes_valid_shards_rejects_and_resumes(small_inputs, index_dir, tiny_model_dir, world_dir,
-                                                         tmp_path, ray_cluster, monkeypatch):
+                                                         tmp_path, ray_cluster, monkeypatch, caplog):
     out = tmp_path / "gen"
     cfg = _cfg(small_inputs, index_dir, tiny_model_dir, world_dir, out)
+    caplog.set_level(logging.INFO, logger="raypipe.progress")
     stats = pipeline.run_augment(cfg)
+    # stderr is not a terminal here: the pass says how far it is, up to its last row
+    assert [r.getMessage().split(",")[0] for r in caplog.records if r.name == "raypipe.progress"][-1] == \
+        "augment: 32 of 32 (100%)"
 
     # one output shard (parquet + jsonl) per input shard
     assert sorted(f.name for f in (out / "data").glob("*.parquet")) == [

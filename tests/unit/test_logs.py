@@ -92,3 +92,17 @@ def test_progress_log_is_silent_where_bars_are_drawn(caplog):
     progress = raypipe.logs.ProgressLog("eval", total=10, enabled=False)
     progress.step(10)
     assert caplog.records == []
+
+
+def test_progress_log_speaks_after_every_s_between_its_tenths_with_rate_and_time_left(caplog):
+    caplog.set_level(logging.INFO, logger="raypipe.progress")
+    now = [0.0]
+    progress = raypipe.logs.ProgressLog("augment", total=1000, enabled=True, every_s=60.0, clock=lambda: now[0])
+    for seconds in (30.0, 61.0, 90.0, 125.0):  # one row at each time: no tenth is reached
+        now[0] = seconds
+        progress.step(1)
+    lines = [r.getMessage() for r in caplog.records]
+    # at 61 s (60 s after the start) and at 125 s (64 s after that line), not at 30 or 90; time left
+    # = rows left / rate: 998 / (2 / 61) s = 507 min, 996 / (4 / 125) s = 519 min
+    assert lines == ["augment: 2 of 1000 (0%), 61 s, 0.03/s, about 507 min left",
+                     "augment: 4 of 1000 (0%), 125 s, 0.03/s, about 519 min left"]
