@@ -131,7 +131,8 @@ def results_markdown(metrics: dict[str, Any]) -> str:
     lines = [
         "# Every method on every eval set",
         "",
-        f"Run {run['date']} with `{run['command']}`. Retrieval: {run['retriever']}. The first "
+        f"Run {run['date'][:10]} on {run.get('cpu', 'an unrecorded CPU')} with `{run['command']}`. "
+        f"Retrieval: {run['retriever']}. The first "
         f"{run['limit'] or 'all'} questions of each set; each method as configured (its own variant in "
         "`metrics.json`, beside its sweeps).",
         "",

@@ -39,7 +39,7 @@ def _metrics() -> dict:
                 else f"runs/ls_lm/models/{'self_reasoning' if m == 'self_reasoning' else 'generator'}",
                 "generator": "lm" if m in ("direct", "rag", "crag") else None}
             for m in ("self_reasoning", "selfcrag", "selfrag", "crag", "rag", "direct")}
-    run = {"date": "2026-11-28", "command": "raypipe eval -c configs/results_table.yaml",
+    run = {"date": "2026-11-28T10:00:00+00:00", "cpu": "AMD EPYC, AVX2", "command": "raypipe eval -c configs/results_table.yaml",
            "retriever": "minilm over runs/ls_lm/index (Flat), K = 5", "limit": 200}
     return {"per_set": per_set, "method_rows": rows, "run": run}
 
@@ -59,7 +59,7 @@ def _table(text: str, first_cell: str) -> list[list[str]]:
 
 def test_the_table_lists_each_method_on_each_set_qa_first_with_the_questions_and_the_command():
     text = results_markdown(_metrics())
-    assert "Run 2026-11-28 with `raypipe eval -c configs/results_table.yaml`" in text
+    assert "Run 2026-11-28 on AMD EPYC, AVX2 with `raypipe eval -c configs/results_table.yaml`" in text
     assert "minilm over runs/ls_lm/index (Flat), K = 5" in text and "first 200 questions" in text
     ours = _table(text, "method")
     assert ours[0] == ["method", "model", "QA", "fact verification", "multiple choice", "biographies",
