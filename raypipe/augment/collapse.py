@@ -35,7 +35,7 @@ from raypipe import tokens as T
 from raypipe.augment.stages import rendered_decisions
 from raypipe.augment.state import InstanceState
 from raypipe.config import RaypipeConfig
-from raypipe.critic.teachers import LabelRequest, Teacher, make_teacher
+from raypipe.critic.teachers import LabelRequest, Teacher, make_critic_teacher
 from raypipe.data.stable_random import stable_uniforms
 from raypipe.errors import DataError, RaypipeError
 from raypipe.prompts import ASPECT_LABELS, Aspect, CriticExample
@@ -317,7 +317,7 @@ def run_collapse_check(cfg: RaypipeConfig, out_dir: Path, instance_files: list[s
     """The report over the finished shards of `out_dir`; an OpenAI teacher keeps its label cache in
     `out_dir/collapse_check/` (a rerun asks nothing twice)."""
     n = sample_size(cfg)
-    teacher = make_teacher(cfg.label.teacher, out_dir / "collapse_check") if n else None
+    teacher = make_critic_teacher(cfg.label.teacher, out_dir / "collapse_check") if n else None
     try:
         report = collapse_report(read_dgen(out_dir / "data"), cfg.augment.collapse_check, n, teacher,
                                  instance_metas(instance_files), needs_meta=cfg.label.teacher.kind == "oracle")

@@ -33,7 +33,7 @@ import pyarrow as pa
 
 from raypipe.config import RaypipeConfig
 from raypipe.critic.teacher_requests import PassageIndex, RequestSampler, SampleResult
-from raypipe.critic.teachers import LabelRequest, Teacher, make_teacher
+from raypipe.critic.teachers import LabelRequest, Teacher, make_critic_teacher
 from raypipe.data.io import read_records, write_jsonl, write_parquet
 from raypipe.data.segment import Segmenter
 from raypipe.data.stable_random import stable_uniforms
@@ -159,7 +159,7 @@ def run_label(cfg: RaypipeConfig) -> dict[str, Any]:
         sample.swapped_outputs = len(swapped)
     if sample.rejects:
         write_jsonl(sample.rejects, out / "rejects" / "sampling.rejects.jsonl")
-    teacher = make_teacher(lc.teacher, out)
+    teacher = make_critic_teacher(lc.teacher, out)
     try:
         rows, per_aspect = _label_all(teacher, sample, lc)
     finally:

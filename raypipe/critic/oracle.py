@@ -86,7 +86,7 @@ def true_label(request: LabelRequest) -> str:
     raise ValueError(f"unknown aspect {aspect!r}")
 
 
-class OracleTeacher(Teacher):
+class CriticOracle(Teacher):
     """Ground-truth labels; each replaced with probability `error_rate` by another label of the
     aspect, chosen uniformly, deterministically per (seed, request id)."""
 

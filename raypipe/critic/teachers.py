@@ -73,12 +73,12 @@ class Teacher(ABC):
             raise ValueError(f"label({aspect.value}) got requests of another aspect: {wrong[:3]}")
 
 
-def make_teacher(cfg: TeacherConfig, work_dir: Path) -> Teacher:
+def make_critic_teacher(cfg: TeacherConfig, work_dir: Path) -> Teacher:
     """The configured teacher; an HTTP teacher keeps its resumable label cache in `work_dir`."""
     if cfg.kind == "oracle":
-        from raypipe.critic.oracle import OracleTeacher
+        from raypipe.critic.oracle import CriticOracle
 
-        return OracleTeacher(error_rate=cfg.error_rate, seed=cfg.seed)
+        return CriticOracle(error_rate=cfg.error_rate, seed=cfg.seed)
     from raypipe.critic.openai_teacher import OpenAITeacher
 
     return OpenAITeacher(cfg, cache_path=work_dir / "teacher_cache.jsonl")

@@ -53,7 +53,7 @@ from raypipe.settings.teachers import QualityConfig, TrajectoryConfig
 from raypipe.trajectories.items import TASK_OF_DATASET, Question, TrajectoryItem, make_item, question_of
 from raypipe.trajectories.longform import LONGFORM_SET, write_longform_set
 from raypipe.trajectories.quality import quality_control
-from raypipe.trajectories.teachers import Reply, make_teacher
+from raypipe.trajectories.teachers import Reply, make_trajectory_teacher
 from raypipe.trajectory_format import (
     ALL_PROCESSES,
     FACT_TASK,
@@ -157,7 +157,7 @@ class TeachBatch:
 
     def __init__(self, cfg: TrajectoryConfig, out_dir: str, processes: Sequence[TrajectoryProcess]):
         self.cfg, self.processes = cfg, processes
-        self.teacher = make_teacher(cfg.teacher, Path(out_dir))
+        self.teacher = make_trajectory_teacher(cfg.teacher, Path(out_dir))
         self.checker = make_checker(cfg.qc)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list]:

@@ -1,7 +1,7 @@
 """Who writes the self-reasoning trajectories (Self-Reasoning §"Data Generation"; the paper: GPT-4
 with the instructions of its Figures 5 and 6).
 
-- `OracleTeacher`: the synthetic world's ground truth (which documents are relevant, which of their
+- `TrajectoryOracle`: the synthetic world's ground truth (which documents are relevant, which of their
   sentences state the answer's facts, the answer), with a configurable `error_rate` of deliberate
   mistakes (a wrong answer, a citation of an irrelevant document, citations left out, half of a
   long answer left out) so that quality control has something to remove, as GPT-4's imperfect
@@ -89,7 +89,7 @@ def _wrong_value(value: str, others: list[str]) -> str:
     return f"{value}ville"
 
 
-class OracleTeacher(TrajectoryTeacher):
+class TrajectoryOracle(TrajectoryTeacher):
     """Trajectories written from the world's ground truth; a stable `error_rate` share of them carries
     one mistake of `ERROR_KINDS` (which one, and whether, depend on the item id and the seed only)."""
 
@@ -218,7 +218,7 @@ class OpenAITrajectoryTeacher(TrajectoryTeacher):
         return [Reply(self.cache.entries.get(i.id)) for i in items]
 
 
-def make_teacher(cfg: TeacherConfig, out_dir: Path) -> TrajectoryTeacher:
+def make_trajectory_teacher(cfg: TeacherConfig, out_dir: Path) -> TrajectoryTeacher:
     if cfg.kind == "oracle":
-        return OracleTeacher(cfg.error_rate, cfg.seed)
+        return TrajectoryOracle(cfg.error_rate, cfg.seed)
     return OpenAITrajectoryTeacher(cfg, out_dir / "teacher_cache.jsonl")

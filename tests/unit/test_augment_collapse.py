@@ -16,7 +16,7 @@ from raypipe import tokens as T
 from raypipe.augment.collapse import DGenRow, announce, collapse_report, is_collapsed, run_collapse_check
 from raypipe.augment.state import InstanceState, SegmentState
 from raypipe.config import RaypipeConfig
-from raypipe.critic.oracle import OracleTeacher
+from raypipe.critic.oracle import CriticOracle
 from raypipe.data.io import write_parquet
 from raypipe.errors import RaypipeError
 from raypipe.retrieval.types import Passage
@@ -65,7 +65,7 @@ def _rows(healthy: bool) -> list[DGenRow]:
 
 
 def _report(rows: list[DGenRow], sample_rows: int = 2 * N, **check) -> dict:
-    return collapse_report(rows, CollapseCheckConfig(**check), sample_rows, OracleTeacher(error_rate=0.0))
+    return collapse_report(rows, CollapseCheckConfig(**check), sample_rows, CriticOracle(error_rate=0.0))
 
 
 def test_a_healthy_d_gen_matches_the_teacher_and_is_not_flagged(caplog):

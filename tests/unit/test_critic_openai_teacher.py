@@ -15,7 +15,7 @@ from raypipe import tokens
 from raypipe.config import RaypipeConfig
 from raypipe.critic.dataset import run_label
 from raypipe.critic.openai_teacher import OpenAITeacher
-from raypipe.critic.teachers import LabelRequest, make_teacher
+from raypipe.critic.teachers import LabelRequest, make_critic_teacher
 from raypipe.errors import ConfigError, RaypipeError
 from raypipe.prompts import Aspect, CriticExample
 from raypipe.settings.teachers import TeacherConfig
@@ -247,7 +247,7 @@ def test_torn_cache_line_is_skipped(server, tmp_path):
 
 def test_an_openai_teacher_without_a_base_url_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="label.teacher.base_url"):
-        make_teacher(TeacherConfig(kind="openai"), tmp_path)
+        make_critic_teacher(TeacherConfig(kind="openai"), tmp_path)
 
 
 def test_run_label_with_the_http_teacher_resumes_after_failed_requests(server, tmp_path, world_dir):

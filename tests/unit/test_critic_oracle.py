@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from raypipe import tokens
-from raypipe.critic.oracle import OracleTeacher
+from raypipe.critic.oracle import CriticOracle
 from raypipe.critic.teachers import LabelRequest
 from raypipe.errors import DataError
 from raypipe.prompts import ASPECT_LABELS, Aspect, CriticExample
@@ -60,7 +60,7 @@ def _request(aspect: Aspect, sentence: int | None = None, passage: str | None = 
 )
 def test_rules_of_the_world_contract(aspect, sentence, passage, meta_patch, expected):
     request = _request(aspect, sentence, passage, {**META, **meta_patch})
-    assert OracleTeacher(error_rate=0.0).label(aspect, [request]) == [expected]
+    assert CriticOracle(error_rate=0.0).label(aspect, [request]) == [expected]
 
 
 def _many(aspect: Aspect = Aspect.IS_SUP, n: int = 2000) -> list[LabelRequest]:
@@ -68,13 +68,13 @@ def _many(aspect: Aspect = Aspect.IS_SUP, n: int = 2000) -> list[LabelRequest]:
 
 
 def test_error_rate_one_never_keeps_the_true_label():
-    labels = OracleTeacher(error_rate=1.0, seed=3).label(Aspect.IS_SUP, _many(n=300))
+    labels = CriticOracle(error_rate=1.0, seed=3).label(Aspect.IS_SUP, _many(n=300))
     assert tokens.FULLY_SUPPORTED not in labels
     assert set(labels) == {tokens.PARTIALLY_SUPPORTED, tokens.NO_SUPPORT}
 
 
 def test_error_rate_flips_about_that_share_to_other_labels_of_the_group():
-    labels = OracleTeacher(error_rate=0.2, seed=1).label(Aspect.IS_USE, _many(Aspect.IS_USE))
+    labels = CriticOracle(error_rate=0.2, seed=1).label(Aspect.IS_USE, _many(Aspect.IS_USE))
     flipped = [x for x in labels if x != "[Utility:4]"]
     assert 0.16 < len(flipped) / len(labels) < 0.24
     assert set(flipped) == set(ASPECT_LABELS[Aspect.IS_USE]) - {"[Utility:4]"}
@@ -82,32 +82,32 @@ def test_error_rate_flips_about_that_share_to_other_labels_of_the_group():
 
 def test_noise_is_independent_of_order_and_batching():
     requests = _many(n=400)
-    teacher = OracleTeacher(error_rate=0.3, seed=5)
+    teacher = CriticOracle(error_rate=0.3, seed=5)
     whole = dict(zip([r.id for r in requests], teacher.label(Aspect.IS_SUP, requests), strict=True))
     reversed_requests = requests[::-1]
     in_pieces = [label for start in range(0, 400, 7)
-                 for label in OracleTeacher(error_rate=0.3, seed=5).label(
+                 for label in CriticOracle(error_rate=0.3, seed=5).label(
                      Aspect.IS_SUP, reversed_requests[start:start + 7])]
     assert dict(zip([r.id for r in reversed_requests], in_pieces, strict=True)) == whole
 
 
 def test_seed_changes_which_labels_are_noisy():
     requests = _many(n=400)
-    a = OracleTeacher(error_rate=0.3, seed=1).label(Aspect.IS_SUP, requests)
-    b = OracleTeacher(error_rate=0.3, seed=2).label(Aspect.IS_SUP, requests)
+    a = CriticOracle(error_rate=0.3, seed=1).label(Aspect.IS_SUP, requests)
+    b = CriticOracle(error_rate=0.3, seed=2).label(Aspect.IS_SUP, requests)
     assert a != b
 
 
 def test_missing_ground_truth_names_the_row_and_field():
     meta = {k: v for k, v in META.items() if k != "utility"}
     with pytest.raises(DataError) as err:
-        OracleTeacher().label(Aspect.IS_USE, [_request(Aspect.IS_USE, meta=meta, instance="row-7")])
+        CriticOracle().label(Aspect.IS_USE, [_request(Aspect.IS_USE, meta=meta, instance="row-7")])
     assert err.value.row_id == "row-7" and err.value.field == "meta.utility"
 
 
 def test_requests_of_another_aspect_are_refused():
     with pytest.raises(ValueError, match="another aspect"):
-        OracleTeacher().label(Aspect.IS_REL, [_request(Aspect.IS_USE)])
+        CriticOracle().label(Aspect.IS_REL, [_request(Aspect.IS_USE)])
 
 
 def test_request_id_names_instance_aspect_sentence_and_passage():

@@ -26,7 +26,7 @@ from raypipe.trajectories.dataset import (
 )
 from raypipe.trajectories.items import Question, TrajectoryItem, make_item
 from raypipe.trajectories.quality import quality_control
-from raypipe.trajectories.teachers import ERROR_KINDS, OpenAITrajectoryTeacher, OracleTeacher, Reply
+from raypipe.trajectories.teachers import ERROR_KINDS, OpenAITrajectoryTeacher, Reply, TrajectoryOracle
 from raypipe.trajectory_format import (
     FACT_ANSWERS,
     NOT_ENOUGH_INFO,
@@ -105,7 +105,7 @@ def test_a_negative_fact_item_expects_not_enough_info_and_the_oracle_says_so():
     positive = make_item(q, [OTHER, BIRTH], negative=False, rng=None)
     negative = make_item(q, [OTHER], negative=True, rng=None)
     assert (positive.gold, negative.gold) == (SUPPORT, NOT_ENOUGH_INFO)
-    oracle = OracleTeacher()
+    oracle = TrajectoryOracle()
     pos = parse_trajectory(oracle.reply(positive).text, 2, FACT_ANSWERS)
     neg = parse_trajectory(oracle.reply(negative).text, 1, FACT_ANSWERS)
     assert (pos.relevant, pos.answer, [c.docs for c in pos.cites]) == (True, SUPPORT, [(2,)])
@@ -116,7 +116,7 @@ def test_a_negative_fact_item_expects_not_enough_info_and_the_oracle_says_so():
 
 def test_faithful_oracle_trajectories_pass_qc_and_cite_the_supporting_documents():
     item = bio_item((OTHER, CAREER, BIRTH))  # documents 2 and 3 are relevant
-    t = parse_trajectory(OracleTeacher().reply(item).text, 3)
+    t = parse_trajectory(TrajectoryOracle().reply(item).text, 3)
     assert [c.docs for c in t.cites] == [(2,), (3,)]
     assert t.analysis == "Margit Wesburn was born in 1628 in Umeikar [3]. Margit Wesburn worked at the Yarski Gallery [2]."
     assert quality_control(item, t, WorldChecker(), QC).kept
@@ -125,24 +125,24 @@ def test_faithful_oracle_trajectories_pass_qc_and_cite_the_supporting_documents(
 @pytest.mark.parametrize("kind", ERROR_KINDS)
 def test_every_deliberate_oracle_mistake_on_long_form_is_caught_by_qc(kind):
     item = bio_item()
-    t = parse_trajectory(format_trajectory(OracleTeacher().trajectory(item, kind)), 3)
+    t = parse_trajectory(format_trajectory(TrajectoryOracle().trajectory(item, kind)), 3)
     assert not quality_control(item, t, WorldChecker(), QC).kept
 
 
 def test_oracle_error_rate_is_a_stable_share_of_items():
     items = [make_item(Question(f"i{n}", "qa", "q?", "q", QA_META), [BIRTH], negative=False, rng=None)
              for n in range(400)]
-    errors = [r.error for r in OracleTeacher(error_rate=0.25, seed=3).teach(items)]
+    errors = [r.error for r in TrajectoryOracle(error_rate=0.25, seed=3).teach(items)]
     assert 0.18 < sum(e is not None for e in errors) / len(errors) < 0.32
-    assert errors == [r.error for r in OracleTeacher(error_rate=0.25, seed=3).teach(items)]
-    assert all(r.error is None for r in OracleTeacher(error_rate=0.0).teach(items))
+    assert errors == [r.error for r in TrajectoryOracle(error_rate=0.25, seed=3).teach(items)]
+    assert all(r.error is None for r in TrajectoryOracle(error_rate=0.0).teach(items))
 
 
 def test_a_reply_that_does_not_parse_is_discarded_and_counted():
     item = bio_item()
     rows = [judge_reply(item, Reply("Sure! She was born in 1628."), WorldChecker(), QC),
             judge_reply(item, Reply(None), WorldChecker(), QC),
-            judge_reply(item, OracleTeacher().reply(item), WorldChecker(), QC)]
+            judge_reply(item, TrajectoryOracle().reply(item), WorldChecker(), QC)]
     assert [r["parse"] for r in rows] == ["unexpected_line", "no_reply", "ok"]
     assert rows[0]["verdict"] is None and rows[0]["target"] is None
     flow = funnel(rows)
@@ -173,7 +173,7 @@ def test_question_sample_skips_other_datasets_and_rejects_bad_meta():
 
 def test_openai_teacher_sends_figure_5_caches_replies_and_resumes(tmp_path):
     item = bio_item()
-    good = OracleTeacher().reply(item).text
+    good = TrajectoryOracle().reply(item).text
     seen: list[dict] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
