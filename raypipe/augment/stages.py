@@ -322,7 +322,8 @@ def render_unsupported(state: InstanceState) -> str:
     then [No support / Contradictory]): the generator's IsSup has to read the passage against the
     segment. App. A.2 prefers a supporting passage wherever there is one, so on a world whose outputs
     restate its passages nearly every written IsSup is [Fully supported] and the generator learns a
-    constant (the demo of 2026-11-28: 35 of 2,417), which leaves Eq. 4's IsSup weight nothing to weigh."""
+    constant (docs/augmentation.md gives the demo's counts), which leaves Eq. 4's IsSup weight nothing
+    to weigh."""
     where = unsupported_segment(state)
     if where is None:
         raise ValueError("render_unsupported: the row offers no unsupporting relevant passage beside a chosen one")

@@ -24,14 +24,14 @@ class SamplingConfig(Section):
     #: ours, not App. A.3: the share of kept QA rows that are also written once more with a passage the
     #: critic judged [Irrelevant] in place of the chosen one (`augment.stages.render_contrast`). Where
     #: retrieval finds the gold passage for nearly every question, the chosen passages are all
-    #: [Relevant] and up-sampling [Irrelevant] rows finds none (the demo of 2026-11-27: 42 of 2,350),
-    #: so the generator never sees a namesake's passage rejected. 0 = off (the paper's policy)
+    #: [Relevant] and up-sampling [Irrelevant] rows finds almost none (docs/augmentation.md), so the
+    #: generator never sees a namesake's passage rejected. 0 = off (the paper's policy)
     contrast_irrelevant_qa: float = Field(0.0, ge=0.0, le=1.0)
     #: ours, not App. A.3: the share of kept rows (any dataset) that are also written once more with a
     #: passage the critic judged [Relevant] but [No support / Contradictory] in place of the chosen one
     #: (`augment.stages.render_unsupported`). App. A.2 picks a supporting passage wherever there is one,
-    #: so where outputs restate their passages nearly every IsSup written is [Fully supported] (the demo
-    #: of 2026-11-28: 35 of 2,417 were not) and the generator's IsSup is a constant. 0 = off (the paper's)
+    #: so where outputs restate their passages nearly every IsSup written is [Fully supported]
+    #: (docs/augmentation.md) and the generator's IsSup is a constant. 0 = off (the paper's)
     contrast_unsupported: float = Field(0.0, ge=0.0, le=1.0)
     #: seeds the draws (keyed by row id, so a rerun draws the same)
     seed: int = 0

@@ -26,10 +26,9 @@ class SelfCRAGSettings(SelfRAGSettings, CorrectiveSettings):
     #: three passages are provided as input (correct, incorrect and ambiguous content)"): every request
     #: gets the three, internal knowledge, external knowledge and the two combined, and Self-RAG's own
     #: critique chooses among them; the action is still triggered and traced, and an action ablation
-    #: withholds that action's passage. Measured on the demo's world and generator (50 held-out
-    #: questions per set, 2026-11-27, docs/results/crag.md): per_source 36 / 42 / 24% on QA / fact /
-    #: MC, joined 28 / 44 / 26%, per_action 36 / 34 / 22% at 1.5x per_source's time; the default
-    #: follows the mean (`eval.sweeps.selfcrag.knowledge_passages` compares them on the same questions)
+    #: withholds that action's passage. The default scored best on average of the three on the demo's
+    #: world at two thirds of per_action's time (docs/results/crag.md;
+    #: `eval.sweeps.selfcrag.knowledge_passages` compares them on the same questions)
     knowledge_passages: ServerOnly[KnowledgePassages] = "per_source"
 
 
