@@ -18,7 +18,7 @@ export TOKENIZERS_PARALLELISM := false
 # Keep every benchmark's and test's numbers comparable and avoid oversubscribing 2 cores.
 export RAY_DEDUP_LOGS := 1
 
-.PHONY: setup demo test test-unit lint docs bench clean
+.PHONY: setup demo test test-unit lint docs readme bench clean
 
 # pip at -qq prints errors only: a package index configured on the host but absent (a find-links folder
 # that does not exist) otherwise costs one warning line per package, ~180 lines before the demo starts
@@ -55,6 +55,11 @@ lint: setup
 # docs/configuration.md from the settings models (tests/unit/test_config_docs.py fails when it is stale)
 docs: setup
 	$(BIN)/python -m raypipe.config_docs > docs/configuration.md
+
+# README's figures from the results files under docs/results/files/ (tests/unit/test_readme_results.py
+# fails when README is stale)
+readme: setup
+	$(BIN)/python -m raypipe.readme_results
 
 bench: setup
 	@for b in benchmarks/[a-z]*.py; do n=$$(basename $$b .py); echo "== $$n"; $(BIN)/python -m benchmarks.$$n || exit 1; done

@@ -108,6 +108,9 @@ class EvalConfig(Section):
     actor_cpus: float = Field(1.0, gt=0)
     #: GPUs per actor when the cluster has GPUs
     actor_gpus: float = Field(1.0, ge=0)
+    #: GiB of memory Ray reserves for one actor, so that a node gets no more actors than its memory holds
+    #: (the demo's: two vLLM engines with their KV caches, the retriever, CRAG's evaluator; ~4.8 GiB)
+    actor_memory_gib: float = Field(6.0, gt=0)
 
 
 class ServeConfig(Section):

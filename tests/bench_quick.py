@@ -81,10 +81,12 @@ class QuickRuns:
     def wait(self) -> dict[str, Run]:
         return {name: future.result() for name, future in self.futures.items()}
 
+    def finished(self) -> dict[str, Run]:
+        return {name: f.result() for name, f in self.futures.items() if f.done() and not f.cancelled()}
+
     def summary(self) -> str:
         """One line of every finished run's wall time, longest first: where the session's time went."""
-        done = {name: f.result() for name, f in self.futures.items() if f.done() and not f.cancelled()}
-        ranked = sorted(done.items(), key=lambda kv: -kv[1].seconds)
+        ranked = sorted(self.finished().items(), key=lambda kv: -kv[1].seconds)
         return "quick benchmark runs (s): " + ", ".join(f"{n} {r.seconds:.0f}" + ("" if r.returncode == 0 else " (failed)")
                                                          for n, r in ranked)
 

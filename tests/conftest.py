@@ -13,6 +13,10 @@ from typing import Any
 import pytest
 
 from tests import bench_quick
+from tests.session_clock import SessionClock, selection_of
+
+#: the session's clock (tests/session_clock.py), started when the session starts
+_clock: SessionClock | None = None
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -57,13 +61,29 @@ def pytest_collection_finish(session):
         bench_quick.started = bench_quick.QuickRuns()  # they run beside the unit tests
 
 
+def pytest_sessionstart(session):
+    global _clock
+    _clock = SessionClock()
+
+
+def pytest_runtest_logreport(report):
+    if _clock is not None:
+        _clock.add(report)
+
+
 def pytest_terminal_summary(terminalreporter):
-    """The quick runs' wall times in the session's output (CI's log included), before they are removed."""
+    """The quick runs' wall times in the session's output (CI's log included), before they are removed,
+    and where the session's clock went."""
     if bench_quick.started is not None:
         terminalreporter.write_line(bench_quick.started.summary())
+    if _clock is not None and _clock.written is not None:
+        terminalreporter.write_line(f"session times: {_clock.written}")
 
 
 def pytest_sessionfinish(session, exitstatus):
+    runs = bench_quick.started.finished() if bench_quick.started is not None else {}
+    if _clock is not None and not session.config.option.collectonly:
+        _clock.write(selection_of(session.config), {name: run.seconds for name, run in runs.items()})
     if bench_quick.started is not None:
         bench_quick.started.close()
 
@@ -134,6 +154,8 @@ def pytest_runtest_teardown(item, nextitem):
     end: an idle engine's worker process still polls its queue, ~2% of a core each (measured)."""
     if _run_order(item) == UNIT and (nextitem is None or _run_order(nextitem) != UNIT):
         _close_vllm_engines()
+    if _clock is not None and (nextitem is None or _run_order(nextitem) != _run_order(item)):
+        _clock.mark(("unit", "quick_checks", "integration")[_run_order(item)])
 
 
 @pytest.fixture(scope="session")

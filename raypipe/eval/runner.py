@@ -192,6 +192,7 @@ def _predict(cfg: RaypipeConfig, items: list[EvalItem], variants: list[Variant],
                 batch_size=cfg.eval.batch_size,
                 num_cpus=cfg.eval.actor_cpus,
                 num_gpus=gpus,
+                memory=int(cfg.eval.actor_memory_gib * 2**30),
             ).iter_rows()
 
         yield pass_results(decode, items, [v.name for v in group], predictions_dir, prints,

@@ -17,10 +17,11 @@ PACKAGE = Path(__file__).resolve().parents[2] / "raypipe"
 #: top-level module or package -> layer; a lower layer never imports a higher one
 LAYERS: dict[str, int] = {
     **dict.fromkeys(["errors", "tokens", "prompts", "trajectory_format", "settings", "logs", "http_retry"], 0),
-    **dict.fromkeys(["data", "models", "inference", "retrieval", "clients", "runtime", "reaper", "heap"], 1),
+    **dict.fromkeys(["data", "models", "inference", "retrieval", "clients", "runtime", "reaper", "heap",
+                     "provenance"], 1),
     "methods": 2,
     **dict.fromkeys(["config", "config_docs", "critic", "augment", "training", "evaluator_training", "trajectories",
-                     "eval", "serving", "cli", "demo"], 3),
+                     "eval", "serving", "cli", "demo", "readme_results"], 3),
 }
 
 
