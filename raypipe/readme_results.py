@@ -33,7 +33,8 @@ COMMAND = "python -m raypipe.readme_results"
 #: a paired test's verdict (raypipe.eval.significance.PairedTest.verdict) as a sentence says it
 VERDICTS = {"ahead": "ahead of", "behind": "behind", "no difference shown": "not shown to differ from"}
 #: Self-RAG's retrieval modes by the name a table shows
-MODE_NAMES = {"adaptive": "Self-RAG (adaptive)", "always": "Self-RAG (always)", "no_retrieval": "Self-RAG (no retrieval)"}
+MODE_NAMES = {"adaptive": "Self-RAG (adaptive)", "always": "Self-RAG (always retrieves)",
+              "never": "Self-RAG (never retrieves)"}
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,9 @@ def demo_eval_block(metrics: dict[str, Any], path: str) -> str:
     sets = ordered_sets(per_set)
     variants = list(metrics["accuracy"])
     first = {s: next(iter(per_set[s].values())) for s in sets}
-    lines = [_row(["method", *(f"{set_name(s)} ({first[s]['n']})" for s in sets)]), _row(["---"] * (1 + len(sets)))]
+    # a set's judged items (the plain instructions' creative ones have no gold answer)
+    lines = [_row(["method", *(f"{set_name(s)} ({first[s].get('judged', first[s]['n'])})" for s in sets)]),
+             _row(["---"] * (1 + len(sets)))]
     for label, key in (("*always the most frequent gold*", "majority_baseline"), ("*chance*", "chance")):
         cells = [_pct((first[s].get("answers") or {}).get(key)) for s in sets]
         if any(c != "-" for c in cells):
@@ -106,17 +109,16 @@ def _cell(summary: dict[str, Any]) -> str:
 
 
 def _comparisons(metrics: dict[str, Any]) -> str:
-    """One sentence per set: each stated comparison read as ahead, behind or no difference shown."""
+    """A line per set: each stated comparison read as ahead, behind or no difference shown."""
     comparisons = metrics.get("comparisons") or {}
-    parts = []
+    lines = []
     for s in ordered_sets(comparisons):
-        said = [f"{_variant_name(t['a'])} {VERDICTS.get(t['verdict'], t['verdict'])} {_variant_name(t['b'])} "
-                f"(p = {t['adjusted_p']:.2g})"
+        said = [f"{VERDICTS.get(t['verdict'], t['verdict'])} {_variant_name(t['b'])} (p = {t['adjusted_p']:.2g})"
                 for t in comparisons[s]]
-        parts.append(f"{set_name(s)}: " + "; ".join(said))
-    if not parts:
+        lines.append(f"- {set_name(s)}: {_variant_name(comparisons[s][0]['a'])} " + ", ".join(said))
+    if not lines:
         return ""
-    return "Paired on the same items (McNemar's exact test, Holm-corrected per set): " + ". ".join(parts) + "."
+    return "\n".join(["Paired on the same items (McNemar's exact test, Holm-corrected per set):", *lines])
 
 
 def demo_times_block(times: dict[str, Any], path: str) -> str:
@@ -146,7 +148,8 @@ BLOCKS = {
     "test-time": Block("tests/test_session.json", test_time_block),
 }
 
-_MARKED = re.compile(r"(<!-- results:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(\n<!-- /results:(?P=name) -->)", re.S)
+#: a block: its opening marker line, its body (no line, or lines), its closing marker
+_MARKED = re.compile(r"(<!-- results:(?P<name>[\w-]+) -->\n)(?P<body>(?:.*?\n)?)(<!-- /results:(?P=name) -->)", re.S)
 
 
 def render(readme: str, root: Path = ROOT) -> str:
@@ -157,7 +160,7 @@ def render(readme: str, root: Path = ROOT) -> str:
             raise KeyError(f"README block results:{name} has no renderer (known: {', '.join(BLOCKS)})")
         path = (FILES / BLOCKS[name].file).as_posix()
         data = json.loads((root / path).read_text(encoding="utf-8"))
-        return match[1] + BLOCKS[name].render(data, path) + match[4]
+        return match[1] + BLOCKS[name].render(data, path) + "\n" + match[4]
 
     return _MARKED.sub(replace, readme)
 

@@ -69,8 +69,8 @@ def test_the_demo_table_shows_intervals_baselines_papers_and_the_verdicts():
     # Self-RAG Table 2 (PopQA 54.9, PubHealth 72.4) and CRAG Table 1's RAG on LLaMA2-hf-7b (50.5, 48.9)
     assert by_name["*Self-RAG Table 2, Self-RAG 7B*"] == ["*54.9*", "*72.4*"]
     assert by_name["*CRAG Table 1, RAG on LLaMA2-hf-7b*"] == ["*50.5*", "*48.9*"]
-    assert "QA: Self-RAG (adaptive) ahead of RAG (p = 0.0021)" in text
-    assert "fact verification: Self-RAG (adaptive) ahead of RAG (p = 1.2e-09)" in text
+    assert "- QA: Self-RAG (adaptive) ahead of RAG (p = 0.0021)" in text.splitlines()
+    assert "- fact verification: Self-RAG (adaptive) ahead of RAG (p = 1.2e-09)" in text.splitlines()
     assert text.endswith("2026-12-03, Intel(R) Xeon(R) Processor, AMX, 2 cores, commit 0123456.")
 
 
