@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from raypipe.eval.report import ordered_sets, set_name
-from raypipe.eval.results_table import PAPER_SETS, method_name, paper_row
+from raypipe.eval.results_table import PAPER_SETS, markdown_row, method_name, paper_row
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -71,14 +71,14 @@ def demo_eval_block(metrics: dict[str, Any], path: str) -> str:
     variants = list(metrics["accuracy"])
     first = {s: next(iter(per_set[s].values())) for s in sets}
     # a set's judged items (the plain instructions' creative ones have no gold answer)
-    lines = [_row(["method", *(f"{set_name(s)} ({first[s].get('judged', first[s]['n'])})" for s in sets)]),
-             _row(["---"] * (1 + len(sets)))]
+    lines = [markdown_row(["method", *(f"{set_name(s)} ({first[s].get('judged', first[s]['n'])})" for s in sets)]),
+             markdown_row(["---"] * (1 + len(sets)))]
     for label, key in (("*always the most frequent gold*", "majority_baseline"), ("*chance*", "chance")):
         cells = [_pct((first[s].get("answers") or {}).get(key)) for s in sets]
         if any(c != "-" for c in cells):
-            lines.append(_row([label, *(f"*{c}*" if c != "-" else c for c in cells)]))
+            lines.append(markdown_row([label, *(f"*{c}*" if c != "-" else c for c in cells)]))
     for v in variants:
-        lines.append(_row([_variant_name(v), *(_cell(per_set[s][v]) for s in sets)]))
+        lines.append(markdown_row([_variant_name(v), *(_cell(per_set[s][v]) for s in sets)]))
     own = {row["variant"]: (m, row.get("generator")) for m, row in metrics.get("method_rows", {}).items()}
     for v in variants:
         found = paper_row(*own[v]) if v in own else None
@@ -86,7 +86,7 @@ def demo_eval_block(metrics: dict[str, Any], path: str) -> str:
             continue
         cells = [f"*{found.figures[s]:.1f}*" + (f" ({found.other_sets[s]})" if s in found.other_sets else "")
                  if s in found.figures else "-" for s in sets]
-        lines.append(_row([f"*{found.source}*", *cells]))
+        lines.append(markdown_row([f"*{found.source}*", *cells]))
     nearest = ", ".join(f"{set_name(s)}: {PAPER_SETS[s]}" for s in sets if s in PAPER_SETS)
     lines += ["", "Cells: accuracy % [95% interval] (retrieval %); `!` one answer to most items (a collapse); "
               f"the papers' 7B rows in italics on the nearest public set ({nearest}): other data and models, "
@@ -135,10 +135,6 @@ def test_time_block(session: dict[str, Any], path: str) -> str:
     counts = ", ".join(f"{n:,} {outcome}" for outcome, n in sorted(session["outcomes"].items(), key=lambda kv: -kv[1]))
     return (f"`make test` took **{session['wall_s'] / 60:.1f} min** by the session's clock on "
             f"{session['date'][:10]} ({session['cpu']}, {session['cores']} cores; {counts}). From [{path}]({path}).")
-
-
-def _row(cells: list[str]) -> str:
-    return "| " + " | ".join(cells) + " |"
 
 
 #: README's generated blocks by name

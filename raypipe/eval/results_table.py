@@ -114,7 +114,8 @@ def _cell(summary: dict[str, Any]) -> str:
     return f"{score_text(summary)}{' !' if collapsed else ''} ({100 * summary['retrieval_frequency']:.0f})"
 
 
-def _row(cells: list[str]) -> str:
+def markdown_row(cells: list[str]) -> str:
+    """One row of a markdown table."""
     return "| " + " | ".join(cells) + " |"
 
 
@@ -136,16 +137,16 @@ def results_markdown(metrics: dict[str, Any]) -> str:
         f"{run['limit'] or 'all'} questions of each set; each method as configured (its own variant in "
         "`metrics.json`, beside its sweeps).",
         "",
-        _row(["method", "model", *(set_name(s) for s in sets)]),
-        _row(["---"] * (2 + len(sets))),
-        _row(["questions", "", *(str(next(iter(per_set[s].values()))["n"]) for s in sets)]),
+        markdown_row(["method", "model", *(set_name(s) for s in sets)]),
+        markdown_row(["---"] * (2 + len(sets))),
+        markdown_row(["questions", "", *(str(next(iter(per_set[s].values()))["n"]) for s in sets)]),
     ]
     baselines = [_majority_baseline(per_set[s]) for s in sets]
     if any(b is not None for b in baselines):
-        lines.append(_row(["always the most frequent gold", "", *("-" if b is None else f"{b:.1f}" for b in baselines)]))
+        lines.append(markdown_row(["always the most frequent gold", "", *("-" if b is None else f"{b:.1f}" for b in baselines)]))
     for m in methods:
         cells = [_cell(per_set[s][rows[m]["variant"]]) for s in sets]
-        lines.append(_row([method_name(m), f"`{rows[m]['model']}`", *cells]))
+        lines.append(markdown_row([method_name(m), f"`{rows[m]['model']}`", *cells]))
     lines += ["", "Cells: accuracy % (retrieval frequency %); FS = FactScore %; - = no judged question "
               f"(creative instructions); ! = one answer to more than {COLLAPSE_SHARE:.0%} of the set's items "
               "(a collapse: the accuracy is a one-answer model's).", ""]
@@ -157,20 +158,20 @@ def results_markdown(metrics: dict[str, Any]) -> str:
             "Their 7B figures on the public set nearest each of ours (not comparable in value: other data, "
             "models and retrievers; the ordering is what to compare).",
             "",
-            _row(["method", "paper row", *(f"{set_name(s)}: {PAPER_SETS[s]}" for s in compared)]),
-            _row(["---"] * (2 + len(compared))),
+            markdown_row(["method", "paper row", *(f"{set_name(s)}: {PAPER_SETS[s]}" for s in compared)]),
+            markdown_row(["---"] * (2 + len(compared))),
         ]
         for m, row in papers.items():
             cells = ["-" if s not in row.figures else
                      f"{row.figures[s]:.1f}" + (f" ({row.other_sets[s]})" if s in row.other_sets else "")
                      for s in compared]
-            lines.append(_row([method_name(m), row.source, *cells]))
-        lines += ["", _row(["set", "ours", "the papers", "pairs in the papers' order"]), _row(["---"] * 4)]
+            lines.append(markdown_row([method_name(m), row.source, *cells]))
+        lines += ["", markdown_row(["set", "ours", "the papers", "pairs in the papers' order"]), markdown_row(["---"] * 4)]
         for s in compared:
             theirs = {m: row.figures[s] for m, row in papers.items() if s in row.figures and s not in row.other_sets}
             mine = {m: v for m, v in ours[s].items() if m in theirs}
             if len(mine) < 2:
                 continue
             agree, total = _agreement(mine, theirs)
-            lines.append(_row([set_name(s), _ordering(mine), _ordering(theirs), f"{agree} of {total}"]))
+            lines.append(markdown_row([set_name(s), _ordering(mine), _ordering(theirs), f"{agree} of {total}"]))
     return "\n".join(lines) + "\n"
