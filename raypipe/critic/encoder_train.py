@@ -171,5 +171,6 @@ def run_train_encoder_critic(cfg: RaypipeConfig) -> dict[str, Any]:
     weights = None if task.class_weights is None else {
         aspect.value: {label: round(task.class_weights[target_index(aspect, label)], 4)
                        for label in ASPECT_LABELS[aspect]} for aspect in Aspect}
-    mark_finished(out, {"summary": summary, "class_weights": weights, "train": trained})
+    mark_finished(out, {"summary": summary, "class_weights": weights, "train": trained},
+                  keep_checkpoints=tc.keep_checkpoints_after_export)
     return summary

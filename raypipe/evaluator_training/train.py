@@ -91,5 +91,6 @@ def run_train_evaluator(cfg: RaypipeConfig) -> dict[str, Any]:
                "final_loss": trained.get("final_loss"), "resumed_from_step": trained.get("resumed_from_step"),
                "heldout_accuracy": rep["accuracy"], "confusion": rep["confusion"],
                "seconds": round(time.perf_counter() - start, 1)}
-    mark_finished(out, {"summary": summary, "data": data_stats, "train": trained, "report": rep})
+    mark_finished(out, {"summary": summary, "data": data_stats, "train": trained, "report": rep},
+                  keep_checkpoints=tc.keep_checkpoints_after_export)
     return summary

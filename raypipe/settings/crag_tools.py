@@ -81,6 +81,9 @@ class EvaluatorTrainConfig(Section):
     checkpoint_every: int = Field(200, ge=1)
     #: checkpoints the run keeps on disk, the latest ones (Ray Train's `CheckpointConfig.num_to_keep`)
     keep_checkpoints: int = Field(2, ge=1)
+    #: keep the Ray Train checkpoints (optimizer state included) once the job finished, e.g. to train on
+    #: from its last step (delete `_SUCCESS`, ask for more epochs); off, the folder holds the model only
+    keep_checkpoints_after_export: bool = False
     #: worker-group restarts from the latest checkpoint before the run fails (-1: unlimited)
     max_failures: int = Field(0, ge=-1)
     #: seeds the pairs drawn and the initialisation

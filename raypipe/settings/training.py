@@ -107,6 +107,9 @@ class TrainConfig(Section):
     #: master weights and Adam's two moments, 12, plus the bf16 partitions; frozen layers need no
     #: optimizer state): ~100 GB for a 7B model. 2, so that a checkpoint being written never leaves none whole
     keep_checkpoints: int = Field(2, ge=1)
+    #: keep the Ray Train checkpoints (optimizer state included) once the job finished, e.g. to train on
+    #: from its last step (delete `_SUCCESS`, ask for more epochs); off, the folder holds the model only
+    keep_checkpoints_after_export: bool = False
     #: optimizer steps between metric reports (loss, lr, tokens/s)
     log_every: int = Field(10, ge=1)
     #: rows in each worker's per-epoch shuffle buffer (seeded by seed + epoch, so resumable)

@@ -28,6 +28,7 @@ from typing import Any
 from raypipe.settings.training import Precision
 from raypipe.training.batching import SIZE_WINDOW_BATCHES, size_sorted_batches
 from raypipe.training.checkpoint import MODEL_DIR, TrainState
+from raypipe.training.finished import CHECKPOINTS_DIR
 from raypipe.training.harness import WorkerSettings, choose_gpu, fit_and_export
 from raypipe.training.precision import worker_autocasts
 
@@ -198,6 +199,6 @@ def fit_classifier(task: ClassifierTask, run: ClassifierRun, settings: WorkerSet
     loop_config = {"task": task, "run": run, "base_model": base_model, "data": str(data),
                    "metrics_log": str(out / "logs" / f"{run.name}.metrics.jsonl")}
     state = fit_and_export(train_loop_per_worker, loop_config, settings, use_gpu=choose_gpu(settings),
-                           run_name=run.name, storage=out / "checkpoints", export_dir=out,
+                           run_name=run.name, storage=out / CHECKPOINTS_DIR, export_dir=out,
                            what=f"{run.name} training")
     return {**state.summary, "history": state.history}

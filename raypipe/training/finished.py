@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ logger = logging.getLogger(__name__)
 
 SUCCESS = "_SUCCESS"
 STATS_FILE = "train_stats.json"
+#: the folder under a job's output folder that holds its Ray Train runs (storage_path)
+CHECKPOINTS_DIR = "checkpoints"
 
 
 def finished_summary(out: Path) -> dict[str, Any] | None:
@@ -30,7 +33,14 @@ def read_stats(out: Path) -> dict[str, Any]:
     return json.loads((out / STATS_FILE).read_text())
 
 
-def mark_finished(out: Path, stats: dict[str, Any]) -> None:
-    """Write `stats` (holding at least a `summary`), then the marker."""
+def mark_finished(out: Path, stats: dict[str, Any], *, keep_checkpoints: bool) -> None:
+    """Write `stats` (holding at least a `summary`), then the marker; then, unless `keep_checkpoints`,
+    remove the job's Ray Train checkpoints. A finished folder is never resumed (a rerun returns its
+    summary), so they are only disk: each holds the optimizer state, several times the model's size.
+    Removed after the marker, so a crash in between leaves a finished folder, not a lost resume point."""
     (out / STATS_FILE).write_text(json.dumps(stats, indent=1))
     (out / SUCCESS).touch()
+    checkpoints = out / CHECKPOINTS_DIR
+    if not keep_checkpoints and checkpoints.exists():
+        shutil.rmtree(checkpoints)
+        logger.info("removed the Ray Train checkpoints of %s (keep_checkpoints_after_export: false)", out)

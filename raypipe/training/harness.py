@@ -37,6 +37,7 @@ class WorkerSettings(Protocol):
     accelerator_type: str | None
     max_failures: int
     keep_checkpoints: int
+    keep_checkpoints_after_export: bool
 
 
 def choose_gpu(settings: WorkerSettings) -> bool:

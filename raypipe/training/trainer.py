@@ -32,7 +32,14 @@ from raypipe.prompts import PromptFormatName
 from raypipe.settings.training import TrainConfig, TrainStage
 from raypipe.training.data import StepPlan, encode_dataset, plan_steps
 from raypipe.training.deepspeed_config import load_deepspeed_config
-from raypipe.training.finished import STATS_FILE, SUCCESS, finished_summary, mark_finished, read_stats
+from raypipe.training.finished import (
+    CHECKPOINTS_DIR,
+    STATS_FILE,
+    SUCCESS,
+    finished_summary,
+    mark_finished,
+    read_stats,
+)
 from raypipe.training.harness import choose_gpu, fit_and_export
 from raypipe.training.precision import trains_in_bf16
 from raypipe.training.spans import SPAN_KINDS
@@ -112,7 +119,7 @@ def fit_stage(tc: TrainConfig, stage: TrainStage, base_model: str, data: StageDa
                 "bf16" if bf16 else "fp32 weights", tc.zero_stage, tc.num_workers, "GPU" if use_gpu else "CPU")
     state = fit_and_export(
         train_loop_per_worker, loop_config, tc, use_gpu=use_gpu, run_name=stage.name,
-        storage=work_dir / "checkpoints", export_dir=export_dir, what=f"training stage {stage.name!r}",
+        storage=work_dir / CHECKPOINTS_DIR, export_dir=export_dir, what=f"training stage {stage.name!r}",
         datasets={"train": data.dataset},
         dataset_config=DataConfig(execution_options=ExecutionOptions(preserve_order=True),
                                   enable_shard_locality=False),
@@ -188,5 +195,5 @@ def run_train(cfg: RaypipeConfig, which: str) -> dict[str, Any]:
         stages.append(stats)
         base = str(export_dir)
     summary = {"model": str(out), **{f"stage {s['stage']}": _stage_summary(s) for s in stages}}
-    mark_finished(out, {"summary": summary, "stages": stages})
+    mark_finished(out, {"summary": summary, "stages": stages}, keep_checkpoints=tc.keep_checkpoints_after_export)
     return summary

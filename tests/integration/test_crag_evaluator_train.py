@@ -28,7 +28,8 @@ pytestmark = pytest.mark.slow
 def _config(world_dir: Path, work: Path, retrieval: RetrievalConfig, epochs: float) -> RaypipeConfig:
     train = EvaluatorTrainConfig(data_dir=str(work / "pairs"), out_dir=str(work / "evaluator"), questions=24,
                                  retrieve_k=5, negatives=2, epochs=epochs, batch_size=8, max_length=48, lr=1e-4,
-                                 checkpoint_every=3, keep_checkpoints=5)
+                                 checkpoint_every=3, keep_checkpoints=5,
+                                 keep_checkpoints_after_export=True)  # the resume below starts from them
     return RaypipeConfig(world=WorldConfig(out_dir=str(world_dir)), retrieval=retrieval, crag=CRAGConfig(train=train))
 
 

@@ -50,6 +50,7 @@ def test_encoder_critic_beats_the_majority_label_on_every_aspect(ray_cluster, wo
     summary = run_train(cfg, "critic")
     out = tmp_path / "critic"
     assert summary["kind"] == "encoder" and summary["steps"] > 0 and (out / SUCCESS).exists()
+    assert not (out / "checkpoints").exists()  # removed once finished (keep_checkpoints_after_export)
     assert json.loads((out / MANIFEST).read_text())["kind"] == "critic-encoder"
     # the shared classifier loop logged every step (what the demo's progress counter reads)
     steps = [json.loads(line)["step"] for line in (out / "logs" / "critic.metrics.jsonl").read_text().splitlines()]

@@ -117,7 +117,7 @@ def test_critic_learns_and_exports_the_consolidated_weights(ray_cluster, tiny_mo
     out = tmp_path / "critic"
     # 160 rows / 2 workers / micro 4 = 20 steps per epoch; 0.5 epoch = 10 steps
     tc = _train_config(tiny_model_dir, data, out, [TrainStage(name="main", lr=1e-2, mask=["prompt"], epochs=0.5)],
-                       CriticTrainConfig, checkpoint_every=4)
+                       CriticTrainConfig, checkpoint_every=4, keep_checkpoints_after_export=True)
     stats = run_train(RaypipeConfig(training=TrainingConfig(critic=tc)), "critic")
 
     summary = stats["stage main"]
@@ -210,6 +210,8 @@ def test_generator_stages_apply_their_masks_and_a_crashed_run_resumes(ray_cluste
     assert summary["stage full"]["steps"] == 3
     stages_stats = {s["stage"]: s for s in json.loads((out / "train_stats.json").read_text())["stages"]}
     assert stages_stats["full"]["base_model"] == str(out / "stages" / "masked")
+    # finished, the run's checkpoints (both stages') are gone by default; the critic's test above keeps them
+    assert (out / "_SUCCESS").exists() and not (out / "checkpoints").exists()
 
     tokenizer = load_tokenizer(tiny_model_dir)
     long_output_kept = 128 - len(tokenizer(format_generator_prompt(long_output["instruction"]))["input_ids"])

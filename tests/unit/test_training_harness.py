@@ -104,3 +104,17 @@ def test_gpu_workers_ask_for_the_configured_gpu_type_and_cpu_workers_ignore_it(t
     assert scaling._resources_per_worker_not_none["accelerator_type:A100-80G"] > 0
     fit_and_export(_loop, {}, tc, use_gpu=False, **where)
     assert trainer.built["scaling_config"].accelerator_type is None
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_finished_folder_drops_its_checkpoints_unless_asked_to_keep_them(tmp_path: Path, keep: bool):
+    from raypipe.training.finished import CHECKPOINTS_DIR, SUCCESS, finished_summary, mark_finished
+
+    shard = tmp_path / CHECKPOINTS_DIR / "main" / "checkpoint_000001" / "state.pt"
+    shard.parent.mkdir(parents=True)
+    shard.write_bytes(b"optimizer state")
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    mark_finished(tmp_path, {"summary": {"steps": 3}}, keep_checkpoints=keep)
+    assert (tmp_path / SUCCESS).exists() and (tmp_path / "model.safetensors").exists()
+    assert shard.exists() == keep
+    assert finished_summary(tmp_path) == {"steps": 3, "skipped": True}
