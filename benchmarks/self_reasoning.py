@@ -81,7 +81,6 @@ def main() -> None:
     from raypipe.methods.self_reasoning.method import SelfReasoning
     from raypipe.methods.selfrag.method import SelfRAG
     from raypipe.methods.selfrag.settings import SelfRAGSettings
-    from raypipe.settings.models import EngineConfig
 
     torch.set_num_threads(1)
     cfg = load_config(args.config)
@@ -95,7 +94,9 @@ def main() -> None:
             model = Path(args.model or cfg.training.self_reasoning.out_dir)
             retriever, eval_dir = load_retriever(cfg.retrieval), Path(cfg.world.out_dir) / "eval"
             limit, sr_tokens = args.limit or 50, cfg.methods.self_reasoning.max_new_tokens
-        engine = make_engine(str(model), EngineConfig(kind=engine_choice(args), batch_size=16))
+        # the config's engine (its precision: the demo decodes in fp32), of the kind --engine asks
+        engine_cfg = cfg.engine.model_copy(update={"kind": engine_choice(args), "batch_size": 16})
+        engine = make_engine(str(model), engine_cfg)
         toolkit = Toolkit(engine=engine, retriever=retriever)
         requests = requests_of(eval_dir, limit)
         top_k = args.top_k or cfg.retrieval.top_k
@@ -116,7 +117,7 @@ def main() -> None:
     payload = {
         "mode": "quick" if args.quick else "full",
         "model": str(model) if not args.quick else "tiny untrained (quick)",
-        "questions": n, "top_k": top_k, "engine": type(engine).__name__,
+        "questions": n, "top_k": top_k, "engine": type(engine).__name__, "precision": engine_cfg.precision,
         "sr_seconds_per_question": t_sr.seconds / n,
         "selfrag_seconds_per_question": t_selfrag.seconds / n,
         "sr_vs_selfrag_time_ratio": t_sr.seconds / t_selfrag.seconds,
