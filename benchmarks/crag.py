@@ -92,7 +92,7 @@ class TimedSearcher:
         self.inner, self.component, self.breakdown = inner, component, breakdown
 
     def search(self, queries: list[str], k: int, requests: Sequence[int] | None = None):
-        from raypipe.methods.crag.retrieval_evaluator import as_document
+        from raypipe.prompts import as_document
 
         with self.breakdown.timing(self.component, len(queries)):
             found = self.inner.search(queries, k, requests=requests)
@@ -246,7 +246,7 @@ def requests_of(eval_dir: Path, limit: int):
 
 def evaluator_pairs(toolkit, requests, top_k: int) -> list[tuple[str, str]]:
     from raypipe.methods.base import search_requests
-    from raypipe.methods.crag.retrieval_evaluator import as_document
+    from raypipe.prompts import as_document
 
     docs = search_requests(toolkit.retriever, requests, top_k)
     return [(r.retrieval_text(), as_document(d.title, d.text)) for r, ds in zip(requests, docs, strict=True)

@@ -43,6 +43,21 @@ def format_generator_prompt(instruction: str, input: str = "") -> str:
     return f"### Instruction:\n{instruction}\n\n### Response:\n"
 
 
+def chat_prompt(tokenizer: Any, user: str) -> str:
+    """`user` as the one user turn of the tokenizer's chat template, ready for the assistant's reply;
+    a tokenizer without a template gets the text as it is."""
+    if not getattr(tokenizer, "chat_template", None):
+        return user + "\n"
+    return tokenizer.apply_chat_template([{"role": "user", "content": user}], tokenize=False,
+                                         add_generation_prompt=True)
+
+
+def as_document(title: str, text: str) -> str:
+    """A passage as one text: its title line, then its text (CRAG App. B.3 scores the question
+    concatenated with each document; RAG's prompt lists passages the same way)."""
+    return f"{title}\n{text}" if title else text
+
+
 #: `selfrag`: the Alpaca-style layout above; `chat`: the model's own chat template, the instruction
 #: (and input) as the user's turn, the output (reflection tokens and all) as the assistant's
 PromptFormatName = Literal["selfrag", "chat"]

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from raypipe.methods.base import RelevanceScorer
-from raypipe.methods.crag.retrieval_evaluator import as_document
 from raypipe.methods.crag.trigger import above_upper, below_lower
+from raypipe.prompts import as_document
 
 #: the thresholds a report may suggest: [-1, 1] in steps of 0.01 (the scores are tanh's)
 GRID = [round(-1 + i / 100, 2) for i in range(201)]

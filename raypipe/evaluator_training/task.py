@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from raypipe.methods.crag.retrieval_evaluator import as_document
+from raypipe.prompts import as_document
 from raypipe.training.classifier import ClassifierTask, model_device
 
 

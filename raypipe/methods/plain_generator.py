@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from raypipe.inference.engines.base import Engine, GenerationParams
 from raypipe.methods.base import MethodRequest, MethodResult
 from raypipe.methods.closed_set import aggregate_options
-from raypipe.methods.crag.rewrite import chat_prompt
+from raypipe.prompts import chat_prompt
 from raypipe.tokens import RETRIEVAL, format_paragraph, strip_reflection
 
 

@@ -29,7 +29,7 @@ class Passage:
         """The passage as a model reads it: Self-RAG's `<paragraph>` body and the critic's evidence
         (`tokens.passage_text`: the title line, written even when empty, then the text). CRAG's
         evaluator and plain generator read documents in the evaluator's own training format instead
-        (`methods.crag.retrieval_evaluator.as_document`: no title line for an untitled document)."""
+        (`prompts.as_document`: no title line for an untitled document)."""
         return passage_text(self.title, self.text)
 
     def as_dict(self) -> dict[str, Any]:

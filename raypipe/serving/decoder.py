@@ -77,8 +77,8 @@ class Decoder:
         a Self-RAG trace lists what each segment wrote), in the tokens of the model that answered: a
         plain generator set to `lm` (direct, rag, crag) is the instruct LM, prompted by its chat template."""
         if getattr(settings, "generator", None) == "lm" and self.lm_tokenizer is not None:
-            from raypipe.methods.crag.rewrite import chat_prompt
             from raypipe.methods.plain_generator import lm_user_turn
+            from raypipe.prompts import chat_prompt
 
             tokenizer, prompt = self.lm_tokenizer, chat_prompt(self.lm_tokenizer, lm_user_turn(request, ""))
         else:

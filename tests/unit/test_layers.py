@@ -79,3 +79,33 @@ def test_checker_sees_an_upward_import():
     tree = ast.parse("from typing import TYPE_CHECKING\nfrom raypipe.eval import runner\n"
                      "if TYPE_CHECKING:\n    from raypipe.config import RaypipeConfig\n")
     assert _runtime_imports(tree) == [("typing", 1), ("raypipe.eval", 2)]
+
+
+#: a method package that builds on others (Self-CRAG is CRAG's corrector around Self-RAG's beam, CRAG §5)
+COMPOSES: dict[str, set[str]] = {"selfcrag": {"selfrag", "crag"}}
+#: modules that name every method by design: the registry and the settings union
+GATHERERS = {"raypipe.methods", "raypipe.methods.settings"}
+
+
+def _method_package(module: str) -> str | None:
+    """`crag` for `raypipe.methods.crag.knowledge`; None for the shared modules (base, closed_set, ...)."""
+    parts = module.split(".")
+    if len(parts) < 3 or parts[:2] != ["raypipe", "methods"] or not (PACKAGE / "methods" / parts[2]).is_dir():
+        return None
+    return parts[2]
+
+
+def test_a_method_imports_another_only_where_it_composes_it():
+    """A helper one method shares with another belongs in a shared module, not in the method that wrote
+    it first: RAG reading CRAG's package for a prompt helper made RAG depend on CRAG's tools."""
+    crossings = []
+    for path in sorted((PACKAGE / "methods").rglob("*.py")):
+        me = _module_name(path)
+        if me in GATHERERS:
+            continue
+        mine = _method_package(me)
+        for target, line in _runtime_imports(ast.parse(path.read_text(encoding="utf-8"))):
+            theirs = _method_package(target)
+            if theirs and theirs != mine and theirs not in COMPOSES.get(mine or "", set()):
+                crossings.append(f"{me} imports {target}, line {line}")
+    assert not crossings, "\n".join(crossings)

@@ -38,12 +38,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from raypipe.methods.base import Citation, MethodRequest, RelevanceScorer, Toolkit, ToolName
-from raypipe.methods.crag.retrieval_evaluator import as_document
 from raypipe.methods.crag.rewrite import Rewrite, Rewriter, make_rewriter
 from raypipe.methods.crag.settings import CorrectiveSettings
 from raypipe.methods.crag.strips import Strip, decompose, paragraphs, recompose, select
 from raypipe.methods.crag.trigger import Action, needs_external, needs_internal, trigger
 from raypipe.methods.crag.web import WebResult, search_web
+from raypipe.prompts import as_document
 from raypipe.retrieval.types import Passage, Searcher
 from raypipe.settings.data import SegmentationConfig
 

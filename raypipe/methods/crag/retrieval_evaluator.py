@@ -30,12 +30,6 @@ MANIFEST = "evaluator.json"
 OUTPUT = "tanh"
 
 
-def as_document(title: str, text: str) -> str:
-    """What the evaluator reads of a passage: its title line, then its text (App. B.3 scores the
-    question concatenated with each document)."""
-    return f"{title}\n{text}" if title else text
-
-
 def require_evaluator(folder: str | Path) -> Path:
     """The manifest of the evaluator checkpoint at `folder`, or the error naming the path: called where
     a job starts (eval, serving), so a missing checkpoint fails before any actor or replica loads."""

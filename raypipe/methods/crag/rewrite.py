@@ -24,6 +24,7 @@ import httpx
 from raypipe.clients.openai_chat import OpenAIChat, RequestFailed
 from raypipe.inference.engines.base import Engine, GenerationParams
 from raypipe.methods.crag.settings import CorrectiveSettings
+from raypipe.prompts import chat_prompt
 
 logger = logging.getLogger(__name__)
 
@@ -151,15 +152,6 @@ def line_end_ids(tokenizer: Any) -> tuple[int, ...]:
     tokenizer that spells a newline in several tokens gets no stop, and its reply runs to its cap)."""
     ids = (tokenizer.encode(text, add_special_tokens=False) for text in _LINE_ENDS)
     return tuple(dict.fromkeys(one[0] for one in ids if len(one) == 1))
-
-
-def chat_prompt(tokenizer: Any, user: str) -> str:
-    """`user` as the one user turn of the tokenizer's chat template, ready for the assistant's reply;
-    a tokenizer without a template gets the text as it is."""
-    if not getattr(tokenizer, "chat_template", None):
-        return user + "\n"
-    return tokenizer.apply_chat_template([{"role": "user", "content": user}], tokenize=False,
-                                         add_generation_prompt=True)
 
 
 class OpenAIRewriter:

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from raypipe.methods.base import Citation, Method, MethodRequest, MethodResult, ToolName, search_requests
-from raypipe.methods.crag.retrieval_evaluator import as_document
 from raypipe.methods.plain_generator import generate_answers
 from raypipe.methods.rag.settings import RAGSettings
+from raypipe.prompts import as_document
 
 
 class RAG(Method[RAGSettings]):
