@@ -308,12 +308,9 @@ def _verdict(fact: Fact, label: str) -> str:
     false."
 
     Ours (FEVER's outputs are the bare label): generators trained on "true" / "false" alone leaned one
-    way whatever the passage said (the probability of "true" separated true from false claims with an
-    AUC of 0.53 to 0.60 over four demo runs). Restating the passage's value first is the copying these
-    generators do well (held-out QA 64%), as the multiple-choice answers write the choice's text before
-    its letter. Measured on the demo (docs/results/demo.md): fact verification 42 -> 52, no longer one
-    lean; the restatement is right for 40 of 50 claims, the verdict after it agrees with it for 38, so
-    the comparison, not the copy, is what fails now. The eval reads the first "true" or "false" in the
+    way whatever the passage said. Restating the passage's value first is the copying these generators
+    do well, as the multiple-choice answers write the choice's text before its letter (what it moved:
+    docs/results/demo.md). The eval reads the first "true" or "false" in the
     answer (App. B.2's string matching); fact values never contain either.
     """
     return f"{fact.statement().removesuffix('.')}, so the statement is {label}."

@@ -47,7 +47,7 @@ class CollapseCheckConfig(Section):
     #: requests per sentence and passage); 0 = no teacher sample, D_gen's shares alone
     sample_rows: int | None = Field(None, ge=0)
     #: an aspect is collapsed when one label takes more than this share of D_gen's labels while the
-    #: teacher's top label on the sample takes no more (the issue's bar: 95%)
+    #: teacher's top label on the sample takes no more
     max_share: float = Field(0.95, gt=0.0, le=1.0)
     #: a collapsed aspect fails the job (after stats.json is written, before _SUCCESS) instead of
     #: warning; off by default so a first run still shows how far it got
@@ -91,9 +91,8 @@ class AugmentConfig(Section):
     #: GPU share of one critic actor when CUDA is present
     critic_gpus: float = Field(0.25, gt=0)
     #: GiB of memory Ray reserves for one `fused` actor, so that a node gets no more actors than its
-    #: memory holds. Without a request Ray Data assumes ~1 GiB per 0.4 CPU and, every 30 s of a long
-    #: run, warns that the actors use more: on the 150k-instance benchmark world a fused actor
-    #: (encoder critic, MiniLM retriever, 150k-passage Flat index, spaCy) held 1.0-1.2 GiB
+    #: memory holds (an actor holds the critic, the retriever, the index and spaCy); without a request
+    #: Ray Data assumes ~1 GiB per 0.4 CPU and warns every 30 s that the actors use more
     worker_memory_gib: float = Field(2.0, gt=0)
     #: GiB reserved for one `staged` critic actor (the weights pass through host memory as they load)
     critic_memory_gib: float = Field(1.5, gt=0)

@@ -4,8 +4,7 @@ Tuning knobs that only DeepSpeed understands (bucket sizes, persistence threshol
 file; values that our config owns (batch geometry, ZeRO stage, precision, clipping) are filled here,
 and a JSON file that hard-codes a different value for one of them is an error rather than a silent
 disagreement between the two files. No "optimizer" block: the loop passes torch's AdamW, which avoids
-compiling DeepSpeed's fused/CPU Adam C++ ops on first use (measured on 2 CPU cores: fused_adam ~80 s,
-cpu_adam ~70 s with offload).
+compiling DeepSpeed's fused/CPU Adam C++ ops on first use (a minute or more on a small CPU).
 """
 
 from __future__ import annotations

@@ -3,10 +3,9 @@ optimizer), or fp32 weights with bf16 matrix products under `torch.autocast` (mi
 
 `auto` follows the hardware of the workers, not of the driver, which often runs on a CPU-only head
 node: bf16 on GPU workers (Self-RAG App. B.1); on CPU workers, autocast where the CPU multiplies bf16
-natively (AVX512-BF16 or AMX), else fp32. Measured on a 2-core AVX512-BF16 host (docs/training.md,
-"Precision"): a SmolLM2 step with its top 8 layers trained 1.6-1.8x faster under autocast, the MiniLM
-critic's 1.4x; on a CPU without those instructions oneDNN emulates bf16, and bf16 ran 5.8x slower
-than fp32. Whole-model bf16 stays off on CPU: fp32 master weights keep small updates that bf16
+natively (AVX512-BF16 or AMX), else fp32: there autocast speeds a step up, and on a CPU without
+those instructions oneDNN emulates bf16 at a fraction of fp32's speed (figures: docs/training.md,
+"Precision"). Whole-model bf16 stays off on CPU: fp32 master weights keep small updates that bf16
 weights would round away.
 """
 
