@@ -96,7 +96,7 @@ def main() -> None:
     from raypipe.models.prompt_format import resolve_format
     from raypipe.runtime import ensure_ray
     from raypipe.settings.cluster import RayConfig
-    from raypipe.settings.training import TrainConfig, TrainStage
+    from raypipe.settings.training import ModelTrainConfig, TrainStage
     from raypipe.training.trainer import encode_stage, fit_stage
 
     runs: dict[str, dict[str, Any]] = {}
@@ -111,7 +111,7 @@ def main() -> None:
             steps, layers, micro_batch_size = args.steps, args.trainable_layers, args.micro_batch_size
         prompt_format = resolve_format("auto", model, load_tokenizer(model))
         ensure_ray(RayConfig(num_cpus=2))
-        base = TrainConfig(base_model=model, data=str(data), datasets=args.datasets, num_workers=1,
+        base = ModelTrainConfig(base_model=model, data=str(data), datasets=args.datasets, num_workers=1,
                            cpus_per_worker=2, zero_stage=0, micro_batch_size=micro_batch_size,
                            max_length=args.max_length, trainable_layers=layers,
                            checkpoint_every=10**6, log_every=10**6)

@@ -103,11 +103,11 @@ def partition_everything_config(work: Path) -> Path:
 
 def run_once(name: str, work: Path, model_dir: Path, data_dir: Path, encoded, size: dict, *,
              num_workers: int, zero_stage: int, precision: str, trainable_layers: int | None = None) -> dict:
-    from raypipe.settings.training import TrainConfig, TrainStage
+    from raypipe.settings.training import ModelTrainConfig, TrainStage
     from raypipe.training.data import plan_steps
     from raypipe.training.trainer import StageData, fit_stage
 
-    tc = TrainConfig(base_model=str(model_dir), data=str(data_dir), out_dir=str(work / name),
+    tc = ModelTrainConfig(base_model=str(model_dir), data=str(data_dir), out_dir=str(work / name),
                      num_workers=num_workers, zero_stage=zero_stage, precision=precision, micro_batch_size=8,
                      trainable_layers=trainable_layers,
                      max_length=128, cpus_per_worker=1.0, checkpoint_every=10**6, log_every=10**6,
@@ -176,7 +176,7 @@ def main() -> None:
     from raypipe.models import load_model
     from raypipe.runtime import ensure_ray
     from raypipe.settings.cluster import RayConfig
-    from raypipe.settings.training import TrainConfig, TrainStage
+    from raypipe.settings.training import ModelTrainConfig, TrainStage
     from raypipe.training.trainer import encode_stage
 
     layouts = [("zero3_2_workers", 2, 3, args.precision), ("ddp_2_workers", 2, 0, args.precision),
@@ -189,7 +189,7 @@ def main() -> None:
         model_dir = args.model.resolve() if args.model is not None else build_tiny_base(work, size, rows)
         n_params = sum(p.numel() for p in load_model(model_dir, device="cpu")[0].parameters())
         ensure_ray(RayConfig(num_cpus=2))
-        encoded = encode_stage(TrainConfig(base_model=str(model_dir), data=str(data_dir), max_length=128),
+        encoded = encode_stage(ModelTrainConfig(base_model=str(model_dir), data=str(data_dir), max_length=128),
                                TrainStage(mask=["prompt"]), str(model_dir), work)
         runs = {name: run_once(name, work, model_dir, data_dir, encoded, size, num_workers=w, zero_stage=z,
                                precision=p, trainable_layers=args.trainable_layers if w == 1 and z == 0 else None)

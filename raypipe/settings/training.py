@@ -41,8 +41,9 @@ class TrainStage(Section):
         return None if self.trainable_layers == "all" else self.trainable_layers
 
 
-class TrainConfig(Section):
-    """`raypipe train critic|generator`: Ray Train workers running DeepSpeed ZeRO (Self-RAG App. B.1)."""
+class ModelTrainConfig(Section):
+    """One model's training (`raypipe train critic|generator`; `TrainingConfig` holds one per model): Ray
+    Train workers running DeepSpeed ZeRO (Self-RAG App. B.1)."""
 
     #: the model folder training starts from
     base_model: str = default_path("training.critic.base_model")
@@ -123,7 +124,7 @@ class TrainConfig(Section):
     seed: int = 0
 
 
-class CriticTrainConfig(TrainConfig):
+class CriticTrainConfig(ModelTrainConfig):
     """The critic's training. `kind: lm` is Self-RAG's critic, an LM trained on the label token (Eq. 1;
     the paper's choice, from the same pretrained LM as the generator). `kind: encoder` is a pretrained
     encoder with one classification head per aspect (`raypipe.critic.encoder`), trained on the same
@@ -171,7 +172,7 @@ class CriticTrainConfig(TrainConfig):
         return dict(self.encoder_class_weights)
 
 
-class GeneratorTrainConfig(TrainConfig):
+class GeneratorTrainConfig(ModelTrainConfig):
     """The generator's defaults (Self-RAG Eq. 2: retrieved passages masked). A subclass rather than a
     default instance, so that overriding one key of `training.generator` keeps the others."""
 
@@ -180,7 +181,7 @@ class GeneratorTrainConfig(TrainConfig):
     stages: list[TrainStage] = [TrainStage(mask=["prompt", "paragraph"])]
 
 
-class SelfReasoningTrainConfig(TrainConfig):
+class SelfReasoningTrainConfig(ModelTrainConfig):
     """Self-Reasoning's gradual learning (its §"Model Training" and App. "Experiment settings"):
     stage 1 trains on RAP only (EAP and TAP masked) at 5e-5, stage 2 on RAP + EAP at 3e-5, stage 3 on
     the whole trajectory at 1e-5, each from the previous stage's weights; 3 epochs each, as the paper

@@ -1,4 +1,4 @@
-"""The DeepSpeed config: a JSON template whose "auto" values are filled from our TrainConfig.
+"""The DeepSpeed config: a JSON template whose "auto" values are filled from our ModelTrainConfig.
 
 Tuning knobs that only DeepSpeed understands (bucket sizes, persistence threshold) stay in the JSON
 file; values that our config owns (batch geometry, ZeRO stage, precision, clipping) are filled here,
@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from raypipe.errors import ConfigError
-from raypipe.settings.training import TrainConfig
+from raypipe.settings.training import ModelTrainConfig
 
 AUTO = "auto"
 
 
-def _managed_values(cfg: TrainConfig, bf16: bool) -> dict[str, Any]:
+def _managed_values(cfg: ModelTrainConfig, bf16: bool) -> dict[str, Any]:
     return {
         "train_batch_size": cfg.micro_batch_size * cfg.grad_accum * cfg.num_workers,
         "train_micro_batch_size_per_gpu": cfg.micro_batch_size,
@@ -31,7 +31,7 @@ def _managed_values(cfg: TrainConfig, bf16: bool) -> dict[str, Any]:
     }
 
 
-def fill_deepspeed_config(template: dict[str, Any], cfg: TrainConfig, *, bf16: bool,
+def fill_deepspeed_config(template: dict[str, Any], cfg: ModelTrainConfig, *, bf16: bool,
                           source: str = "<template>") -> dict[str, Any]:
     """A copy of `template` with our values at the managed keys (dotted paths)."""
     out = copy.deepcopy(template)
@@ -51,7 +51,7 @@ def fill_deepspeed_config(template: dict[str, Any], cfg: TrainConfig, *, bf16: b
     return out
 
 
-def load_deepspeed_config(cfg: TrainConfig, *, bf16: bool) -> dict[str, Any]:
+def load_deepspeed_config(cfg: ModelTrainConfig, *, bf16: bool) -> dict[str, Any]:
     path = Path(cfg.deepspeed_config)
     if not path.is_file():
         raise ConfigError(f"DeepSpeed config not found: {path} (training.*.deepspeed_config)")

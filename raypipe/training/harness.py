@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 
 class WorkerSettings(Protocol):
-    """What the harness reads of a job's training section (`TrainConfig`, `EvaluatorTrainConfig`)."""
+    """What the harness reads of a job's training section (`ModelTrainConfig`, `EvaluatorTrainConfig`)."""
 
     num_workers: int
     #: CPUs reserved per worker (on GPU nodes each worker also takes one GPU)

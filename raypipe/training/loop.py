@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from raypipe.runtime import WORKER_ENV, use_installed_ninja
-from raypipe.settings.training import TrainConfig, TrainStage
+from raypipe.settings.training import ModelTrainConfig, TrainStage
 from raypipe.training.batching import SIZE_WINDOW_BATCHES, length_grouped_micro_batches
 from raypipe.training.checkpoint import MODEL_DIR, TrainState, restore_checkpoint, save_checkpoint
 from raypipe.training.precision import worker_autocasts
@@ -37,7 +37,7 @@ def _param_groups(model: Any, weight_decay: float) -> list[dict[str, Any]]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def micro_batches(shard: Any, tc: TrainConfig, epoch: int) -> Iterator[dict[str, Any]]:
+def micro_batches(shard: Any, tc: ModelTrainConfig, epoch: int) -> Iterator[dict[str, Any]]:
     """One epoch of this worker's shard in micro-batches, shuffled by a buffer seeded with seed + epoch
     (so a resumed worker can skip exactly the consumed ones), length-grouped if the config asks."""
     window = tc.micro_batch_size * (SIZE_WINDOW_BATCHES if tc.group_by_length else 1)
@@ -48,7 +48,7 @@ def micro_batches(shard: Any, tc: TrainConfig, epoch: int) -> Iterator[dict[str,
     return length_grouped_micro_batches(batches, tc.micro_batch_size, random.Random(tc.seed + epoch))
 
 
-def _build_engine(config: dict[str, Any], tc: TrainConfig, stage: TrainStage, autocast: bool) -> tuple[Any, Any]:
+def _build_engine(config: dict[str, Any], tc: ModelTrainConfig, stage: TrainStage, autocast: bool) -> tuple[Any, Any]:
     import deepspeed
     import torch
     from transformers import get_linear_schedule_with_warmup
@@ -142,7 +142,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     from raypipe.training.export import export_hf_folder
     from raypipe.training.memory import model_state_bytes, peak_memory_mib
 
-    tc = TrainConfig.model_validate(config["train"])
+    tc = ModelTrainConfig.model_validate(config["train"])
     stage = TrainStage.model_validate(config["stage"])
     total, micro_per_epoch = config["total_steps"], config["micro_batches_per_epoch"]
     rank = ray.train.get_context().get_world_rank()

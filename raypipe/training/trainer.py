@@ -29,7 +29,7 @@ from raypipe.config import RaypipeConfig
 from raypipe.errors import ConfigError
 from raypipe.models.prompt_format import resolve_format
 from raypipe.prompts import PromptFormatName
-from raypipe.settings.training import TrainConfig, TrainStage
+from raypipe.settings.training import ModelTrainConfig, TrainStage
 from raypipe.training.data import StepPlan, encode_dataset, plan_steps
 from raypipe.training.deepspeed_config import load_deepspeed_config
 from raypipe.training.finished import (
@@ -49,7 +49,7 @@ logger = logging.getLogger(__name__)
 WHICH = ("critic", "generator", "self_reasoning")
 
 
-def _validate(tc: TrainConfig, which: str) -> None:
+def _validate(tc: ModelTrainConfig, which: str) -> None:
     names = [s.name for s in tc.stages]
     if not names:
         raise ConfigError(f"training.{which}.stages is empty")
@@ -62,7 +62,7 @@ def _validate(tc: TrainConfig, which: str) -> None:
                               f"known: {sorted(SPAN_KINDS)}")
 
 
-def check_positions(tc: TrainConfig, which: str, base: str) -> None:
+def check_positions(tc: ModelTrainConfig, which: str, base: str) -> None:
     """A `max_length` beyond the base model's positions would fail as an index error deep in a Ray
     Train worker's forward; fail here instead, naming both numbers."""
     config = Path(base) / "config.json"
@@ -81,7 +81,7 @@ class StageData:
     plan: StepPlan
 
 
-def encode_stage(tc: TrainConfig, stage: TrainStage, base_model: str, work_dir: Path,
+def encode_stage(tc: ModelTrainConfig, stage: TrainStage, base_model: str, work_dir: Path,
                  prompt_format: PromptFormatName = "selfrag") -> StageData:
     """Encode `tc.data` with the stage's mask (Ray Data tasks) and plan the steps."""
     train_ds, encode_stats = encode_dataset(tc.data, base_model, stage.mask, tc.max_length, tc.seed,
@@ -91,7 +91,7 @@ def encode_stage(tc: TrainConfig, stage: TrainStage, base_model: str, work_dir: 
     return StageData(train_ds, encode_stats, plan)
 
 
-def fit_stage(tc: TrainConfig, stage: TrainStage, base_model: str, data: StageData, export_dir: Path,
+def fit_stage(tc: ModelTrainConfig, stage: TrainStage, base_model: str, data: StageData, export_dir: Path,
               work_dir: Path, prompt_format: PromptFormatName = "selfrag") -> dict[str, Any]:
     """Train one stage from `base_model` on Ray Train and export the result to `export_dir`."""
     from ray.data import ExecutionOptions
@@ -108,7 +108,7 @@ def fit_stage(tc: TrainConfig, stage: TrainStage, base_model: str, data: StageDa
     metrics_log = work_dir / "logs" / f"{stage.name}.metrics.jsonl"
     loop_config = {
         # the loop reads the keys every trainer shares; a kind's own keys (the critic's encoder_*) stay here
-        "train": tc.model_dump(include=set(TrainConfig.model_fields)), "stage": stage.model_dump(), "base_model": base_model,
+        "train": tc.model_dump(include=set(ModelTrainConfig.model_fields)), "stage": stage.model_dump(), "base_model": base_model,
         "ds_config": ds_config, "dtype": "bfloat16" if bf16 else "float32", "use_gpu": use_gpu,
         "total_steps": total, "warmup_steps": math.ceil(tc.warmup_ratio * total),
         "micro_batches_per_epoch": plan.micro_batches_per_epoch, "metrics_log": str(metrics_log),
@@ -169,7 +169,7 @@ def run_train(cfg: RaypipeConfig, which: str) -> dict[str, Any]:
         from raypipe.critic.encoder_train import run_train_encoder_critic
 
         return run_train_encoder_critic(cfg)
-    tc: TrainConfig = getattr(cfg.training, which)
+    tc: ModelTrainConfig = getattr(cfg.training, which)
     _validate(tc, which)
     load_deepspeed_config(tc, bf16=False)  # a bad template fails now, not after encoding the data
     out = Path(tc.out_dir).resolve()

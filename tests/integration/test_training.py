@@ -22,7 +22,7 @@ from raypipe.prompts import format_generator_prompt
 from raypipe.settings.training import (
     CriticTrainConfig,
     GeneratorTrainConfig,
-    TrainConfig,
+    ModelTrainConfig,
     TrainingConfig,
     TrainStage,
 )
@@ -85,8 +85,8 @@ def _write(rows: list[dict[str, str]], folder: Path) -> Path:
     return folder
 
 
-def _train_config(base: Path, data: Path, out: Path, stages: list[TrainStage], cls: type[TrainConfig] = TrainConfig,
-                  **overrides) -> TrainConfig:
+def _train_config(base: Path, data: Path, out: Path, stages: list[TrainStage], cls: type[ModelTrainConfig] = ModelTrainConfig,
+                  **overrides) -> ModelTrainConfig:
     return cls(base_model=str(base), data=str(data), out_dir=str(out), stages=stages, num_workers=2,
                        cpus_per_worker=0.5, micro_batch_size=4, max_length=128, warmup_ratio=0.1,
                        deepspeed_config=str(REPO / "configs" / "deepspeed" / "zero3.json"),

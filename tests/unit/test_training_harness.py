@@ -13,7 +13,7 @@ import ray.train.torch
 
 from raypipe.errors import RaypipeError
 from raypipe.settings.crag_tools import EvaluatorTrainConfig
-from raypipe.settings.training import TrainConfig
+from raypipe.settings.training import ModelTrainConfig
 from raypipe.training.checkpoint import MODEL_DIR, TrainState
 from raypipe.training.harness import choose_gpu, fit_and_export
 
@@ -56,7 +56,7 @@ def _checkpoint(folder: Path) -> ray.train.Checkpoint:
 
 
 def test_device_choice_follows_the_setting_and_auto_asks_the_cluster_for_a_gpu_per_worker(monkeypatch):
-    assert choose_gpu(TrainConfig(device="cuda")) and not choose_gpu(TrainConfig(device="cpu"))
+    assert choose_gpu(ModelTrainConfig(device="cuda")) and not choose_gpu(ModelTrainConfig(device="cpu"))
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 8.0, "GPU": 1.0})
     assert choose_gpu(EvaluatorTrainConfig(device="auto", num_workers=1))
     assert not choose_gpu(EvaluatorTrainConfig(device="auto", num_workers=2))
@@ -82,7 +82,7 @@ def test_a_run_is_built_from_the_settings_and_its_export_copied_out(trainer, tmp
 
 
 def test_a_failed_run_and_a_run_without_a_checkpoint_are_our_errors_naming_the_run(trainer, tmp_path):
-    args = (_loop, {}, TrainConfig())
+    args = (_loop, {}, ModelTrainConfig())
     where = {"use_gpu": False, "run_name": "sft", "storage": tmp_path, "export_dir": tmp_path / "out",
              "what": "training stage 'sft'"}
     trainer.outcome = RuntimeError("worker died")
@@ -94,7 +94,7 @@ def test_a_failed_run_and_a_run_without_a_checkpoint_are_our_errors_naming_the_r
 
 
 def test_gpu_workers_ask_for_the_configured_gpu_type_and_cpu_workers_ignore_it(trainer, tmp_path):
-    tc = TrainConfig(accelerator_type="A100-80G", num_workers=4)
+    tc = ModelTrainConfig(accelerator_type="A100-80G", num_workers=4)
     trainer.outcome = Result(_checkpoint(tmp_path / "ckpt"))
     where = {"run_name": "sft", "storage": tmp_path / "runs", "export_dir": tmp_path / "out", "what": "sft"}
     fit_and_export(_loop, {}, tc, use_gpu=True, **where)

@@ -9,7 +9,7 @@ import pytest
 
 from raypipe.config import load_config
 from raypipe.errors import ConfigError
-from raypipe.settings.training import TrainConfig
+from raypipe.settings.training import ModelTrainConfig
 from raypipe.training.data import StepPlan, plan_steps
 from raypipe.training.deepspeed_config import fill_deepspeed_config
 
@@ -34,7 +34,7 @@ def test_too_little_data_for_one_global_batch_is_a_config_error():
 
 def test_repo_zero3_template_is_filled_from_the_training_config():
     template = json.loads((REPO / "configs" / "deepspeed" / "zero3.json").read_text())
-    tc = TrainConfig(num_workers=4, micro_batch_size=2, grad_accum=16, grad_clip=0.5, zero_stage=3)
+    tc = ModelTrainConfig(num_workers=4, micro_batch_size=2, grad_accum=16, grad_clip=0.5, zero_stage=3)
     ds = fill_deepspeed_config(template, tc, bf16=True)
     assert ds["train_batch_size"] == 128  # Self-RAG App. B.1: batch 128
     assert ds["train_micro_batch_size_per_gpu"] == 2
@@ -49,14 +49,14 @@ def test_repo_zero3_template_is_filled_from_the_training_config():
 
 def test_a_hard_coded_value_that_disagrees_is_refused():
     with pytest.raises(ConfigError, match="gradient_accumulation_steps is 8"):
-        fill_deepspeed_config({"gradient_accumulation_steps": 8}, TrainConfig(grad_accum=2), bf16=False)
-    agreeing = fill_deepspeed_config({"gradient_accumulation_steps": 2}, TrainConfig(grad_accum=2), bf16=False)
+        fill_deepspeed_config({"gradient_accumulation_steps": 8}, ModelTrainConfig(grad_accum=2), bf16=False)
+    agreeing = fill_deepspeed_config({"gradient_accumulation_steps": 2}, ModelTrainConfig(grad_accum=2), bf16=False)
     assert agreeing["gradient_accumulation_steps"] == 2
 
 
 def test_an_optimizer_block_is_refused():
     with pytest.raises(ConfigError, match="optimizer"):
-        fill_deepspeed_config({"optimizer": {"type": "AdamW"}}, TrainConfig(), bf16=False)
+        fill_deepspeed_config({"optimizer": {"type": "AdamW"}}, ModelTrainConfig(), bf16=False)
 
 
 def test_overriding_one_generator_key_keeps_the_generator_defaults():
