@@ -4,9 +4,10 @@ An augmentation actor runs the critic and the retriever over batches whose tenso
 from one batch to the next. glibc's malloc keeps what they free inside the process (the heap cannot
 shrink past a live allocation, and its mmap threshold rises after large frees, so later large tensors
 land on the heap too), so a long-running actor's RSS climbs batch after batch although most of it
-is free (the figures: docs/augmentation.md). Freed, not leaked, but the OS and Ray's memory monitor see it as used. glibc has no setting that
-releases free pages inside the heap; `malloc_trim` does, so we call it (through ctypes: no library
-wraps it) after each batch, which costs milliseconds against the batch's seconds.
+is free (the figures: docs/augmentation.md). Freed, not leaked, but the OS and Ray's memory monitor
+see it as used. glibc has no setting that releases free pages inside the heap; `malloc_trim` does,
+so we call it (through ctypes: no library wraps it) after each batch, which costs milliseconds
+against the batch's seconds.
 """
 
 from __future__ import annotations

@@ -111,7 +111,8 @@ def use_local_worker_env() -> None:
     """Put WORKER_ENV in this process's environment (values already set win) before it starts a local
     Ray instance: the raylet it starts hands its environment to every worker, so no runtime_env is
     needed. A runtime_env, even one of env_vars only, runs each new worker through Ray's setup step
-    first (a second Python start), which slows every actor's start-up. A cluster joined by address still gets WORKER_ENV as the job's runtime_env."""
+    first (a second Python start), which slows every actor's start-up. A cluster joined by address
+    still gets WORKER_ENV as the job's runtime_env."""
     for key, value in {**WORKER_ENV, **LOCAL_INSTANCE_ENV}.items():
         os.environ.setdefault(key, value)
 

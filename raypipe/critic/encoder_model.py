@@ -3,7 +3,8 @@ are the aspects' label groups (`raypipe.critic.encoder.GROUP_START`).
 
 Mean pooling, not the first token: all-MiniLM-L6-v2 was trained as a sentence encoder through the
 mean of its token states, and its first-token state barely varies between inputs (a head on it
-did not learn Retrieve-from-the-input, which the mean-pooled head learns in a few steps). The folder is the encoder's HF folder plus `aspect_heads.safetensors`.
+did not learn Retrieve-from-the-input, which the mean-pooled head learns in a few steps). The folder
+is the encoder's HF folder plus `aspect_heads.safetensors`.
 """
 
 from __future__ import annotations

@@ -310,8 +310,8 @@ def _verdict(fact: Fact, label: str) -> str:
     Ours (FEVER's outputs are the bare label): generators trained on "true" / "false" alone leaned one
     way whatever the passage said. Restating the passage's value first is the copying these generators
     do well, as the multiple-choice answers write the choice's text before its letter (what it moved:
-    docs/results/demo.md). The eval reads the first "true" or "false" in the
-    answer (App. B.2's string matching); fact values never contain either.
+    docs/results/demo.md). The eval reads the first "true" or "false" in the answer (App. B.2's string
+    matching); fact values never contain either.
     """
     return f"{fact.statement().removesuffix('.')}, so the statement is {label}."
 

@@ -4,8 +4,7 @@ whether the retrieved documents hold the answer?
 The relevance-aware process (Self-Reasoning §3.1) is the step that lets the model set its retrieval
 aside when it is noise, so a model that writes `Relevant: True` after every retrieval has learned one
 fixed verdict, and its robustness to noisy retrieval is no better than a reader without the step.
-For every parsed trajectory of an item that knows its gold passages
-(`passage_ids`), this compares the verdict with whether a gold passage is among the documents the model
+For every parsed trajectory of an item that knows its gold passages (`passage_ids`), this compares the verdict with whether a gold passage is among the documents the model
 read (`trace.documents`). That reference is ours (the paper has no such measure): a document set
 without the gold passage may still be on topic, so agreement is a floor, and the check that matters is
 the collapse (`metrics.one_sided`): one verdict for more than 95% of the items while the documents are not

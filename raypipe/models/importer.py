@@ -174,8 +174,8 @@ def _gguf_parsed_once():
     each for SmolLM2 here) and, mapping tensor names, rebuilds gguf's name table once per submodule
     (397 times, ~9 s). Neither has a setting, so for the duration the `gguf` names its loader imports
     per call return one reader per file and one table per (architecture, layers), which halves the
-    import with the same bytes out. The loader only reads both (a
-    reader memory-maps the file read-only)."""
+    import with the same bytes out. The loader only reads both (a reader memory-maps the file
+    read-only)."""
     import functools
 
     import gguf
