@@ -268,13 +268,13 @@ def batched_vs_single(evaluator, pairs: list[tuple[str, str]], single: int) -> d
             "evaluator_batched_vs_single": batched / one}
 
 
-def time_method(method, settings, batches, top_k: int, breakdown: Breakdown) -> tuple[float, list, dict]:
+def time_method(method, settings, batches, breakdown: Breakdown) -> tuple[float, list, dict]:
     """A warm-up batch, then the timed pass over all batches; (seconds, results of the timed pass,
     its breakdown per instance)."""
-    method.decode(batches[0][:2], settings, top_k)
+    method.decode(batches[0][:2], settings)
     breakdown.reset()
     with timer() as t:
-        results = [r for b in batches for r in method.decode(b, settings, top_k)]
+        results = [r for b in batches for r in method.decode(b, settings)]
     n = sum(len(b) for b in batches)
     return t.seconds, results, {"seconds": breakdown.per_instance(t.seconds, n), "items": dict(breakdown.items)}
 
@@ -312,7 +312,7 @@ def main() -> None:
             limit, tokens, single = args.limit or 16, cfg.methods.crag.max_new_tokens, 48
         requests = requests_of(eval_dir, limit)
         engines = {"engine": type(toolkit.engine).__name__, "lm": type(toolkit.lm).__name__}
-        top_k = cfg.retrieval.top_k
+        top_k = cfg.methods.crag.top_k
         ev = batched_vs_single(toolkit.evaluator, evaluator_pairs(toolkit, requests, top_k), single)
         rewriter = rewriter_prefix(toolkit.lm, [r.retrieval_text() for r in requests], args.batch_size)
         breakdown = Breakdown()
@@ -324,11 +324,11 @@ def main() -> None:
         sr_tokens = {"max_new_tokens": min(tokens, cfg.methods.selfrag.max_new_tokens)} if args.quick else {}
         selfrag = cfg.methods.selfrag.model_copy(update={"mode": "always", **sr_tokens})
         selfcrag = cfg.methods.selfcrag.model_copy(update={"mode": "always", **sr_tokens})
-        t_rag, _, b_rag = time_method(RAG(toolkit), rag_lm, batches, top_k, breakdown)
-        t_crag, crag_results, b_crag = time_method(CRAG(toolkit), crag_lm, batches, top_k, breakdown)
-        t_rag_engine, _, b_rag_engine = time_method(RAG(toolkit), rag_engine, batches, top_k, breakdown)
-        t_selfrag, _, b_selfrag = time_method(SelfRAG(toolkit), selfrag, batches, top_k, breakdown)
-        t_selfcrag, _, b_selfcrag = time_method(SelfCRAG(toolkit), selfcrag, batches, top_k, breakdown)
+        t_rag, _, b_rag = time_method(RAG(toolkit), rag_lm, batches, breakdown)
+        t_crag, crag_results, b_crag = time_method(CRAG(toolkit), crag_lm, batches, breakdown)
+        t_rag_engine, _, b_rag_engine = time_method(RAG(toolkit), rag_engine, batches, breakdown)
+        t_selfrag, _, b_selfrag = time_method(SelfRAG(toolkit), selfrag, batches, breakdown)
+        t_selfcrag, _, b_selfcrag = time_method(SelfCRAG(toolkit), selfcrag, batches, breakdown)
     n = len(requests)
     steps = count_steps(step for r in crag_results if (step := CragStep.of(r.trace)) is not None)
     per = {k: v / n for k, v in {"rag_lm": t_rag, "crag_lm": t_crag, "rag_engine": t_rag_engine,

@@ -154,11 +154,11 @@ def tree_search(engine, questions: int) -> dict[str, Any]:
     from raypipe.methods.selfrag.settings import SelfRAGSettings
 
     counted = CountingEngine(engine)
-    settings = SelfRAGSettings(mode="always", beam_width=2, max_depth=2, max_new_tokens=40)
+    settings = SelfRAGSettings(mode="always", beam_width=2, max_depth=2, max_new_tokens=40, top_k=K)
     method = SelfRAG(Toolkit(engine=counted, retriever=FixedPassages()))
     requests = [MethodRequest(f"Tell me about {TOPICS[i % len(TOPICS)]} number {i}.") for i in range(questions)]
     with timer() as search_t:
-        method.decode(requests, settings, top_k=K)
+        method.decode(requests, settings)
     counted.close()
     tokens = sum(n for _, _, n in counted.calls)
     readouts = sum(len(p) for p, params, _ in counted.calls if params.return_probs) + counted.next_prompts

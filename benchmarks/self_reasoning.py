@@ -101,17 +101,17 @@ def main() -> None:
         requests = requests_of(eval_dir, limit)
         top_k = args.top_k or cfg.retrieval.top_k
         sr = SelfReasoning(toolkit)
-        sr_settings = cfg.methods.self_reasoning.model_copy(update={"max_new_tokens": sr_tokens})
+        sr_settings = cfg.methods.self_reasoning.model_copy(update={"max_new_tokens": sr_tokens, "top_k": top_k})
         # Table 5 times Self-RAG at its own decoding settings (beam 2, depth 3, 100 tokens per segment:
         # SelfRAGSettings' defaults), not at a config's demo-sized caps (configs/demo.yaml: depth 2 x
         # 40 tokens, a fifth of what one trajectory may write)
-        selfrag_settings = SelfRAGSettings(mode="always")
+        selfrag_settings = SelfRAGSettings(mode="always", top_k=top_k)
         batches = [requests[i:i + args.batch_size] for i in range(0, len(requests), args.batch_size)]
         with timer() as t_sr:
-            results = [r for b in batches for r in sr.decode(b, sr_settings, top_k)]
+            results = [r for b in batches for r in sr.decode(b, sr_settings)]
         with timer() as t_selfrag:
             for b in batches:
-                SelfRAG(toolkit).decode(b, selfrag_settings, top_k)
+                SelfRAG(toolkit).decode(b, selfrag_settings)
     n = len(requests)
     parsed = sum(r.trace.get("trajectory") is not None for r in results)
     payload = {

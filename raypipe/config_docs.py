@@ -27,14 +27,15 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from raypipe.config import MOVED_KEYS, RaypipeConfig
+from raypipe.config import MOVED_KEYS, MethodsConfig, RaypipeConfig
 from raypipe.settings.base import is_server_only
 from raypipe.settings.paths import DERIVED_PATHS, HELDOUT_SETS
 
 COMMAND = "python -m raypipe.config_docs > docs/configuration.md"
 
 #: defaults that derive from other keys, shown as their rule (`{run}` is `run_dir`)
-_RULES = {**dict(DERIVED_PATHS), "eval.eval_sets": "{world.out_dir}/eval/: " + ", ".join(HELDOUT_SETS)}
+_RULES = {**dict(DERIVED_PATHS), "eval.eval_sets": "{world.out_dir}/eval/: " + ", ".join(HELDOUT_SETS),
+          **{f"methods.{name}.top_k": "{retrieval.top_k}" for name in MethodsConfig.model_fields}}
 
 _HEADER = f"""# Configuration
 

@@ -82,7 +82,7 @@ class EvalPredictor:
                  searcher_factory: SearcherFactory | None = None, crag: CRAGConfig | None = None,
                  index: bool = True, removal: dict[str, float] | None = None, removal_seed: int = 0,
                  noise: RetrievalNoiseConfig | None = None):
-        self.variants, self.top_k = variants, retrieval.top_k
+        self.variants = variants
         self.removal, self.removal_seed = removal or {}, removal_seed
         used = tools_used(variants) - (set() if index else {"retriever"})
         self.toolkit = load_tools(used, generator, engine, retrieval, searcher_factory, crag, noise)
@@ -118,7 +118,7 @@ class EvalPredictor:
                     removal = GoldRemovalSearcher(toolkit.get("retriever", v.method), group_texts,
                                                   [gold[t] for t in group_texts], rate, self.removal_seed)
                     method = get_method(v.method)(replace(toolkit, retriever=removal))
-                results = method.decode([requests[i] for i in group], v.settings, self.top_k)
+                results = method.decode([requests[i] for i in group], v.settings)
                 for k, (i, result) in enumerate(zip(group, results, strict=True)):
                     row = {"method": v.method, **result.as_dict()}
                     if removal is not None:

@@ -165,8 +165,9 @@ class Method(ABC, Generic[C]):
         return set(cls.tool_names)
 
     @abstractmethod
-    def decode(self, requests: Sequence[MethodRequest], settings: C, top_k: int) -> list[MethodResult]:
-        """Answer `requests` in lock step under `settings`, retrieving `top_k` documents per search."""
+    def decode(self, requests: Sequence[MethodRequest], settings: C) -> list[MethodResult]:
+        """Answer `requests` in lock step under `settings`, retrieving `settings.top_k` documents per
+        search."""
 
     @classmethod
     def variants(cls, settings: C, sweeps: Any = None) -> list[Variant]:

@@ -12,7 +12,13 @@ from raypipe.settings.base import Section
 
 class MethodSettings(Section):
     """A decoding method's settings (raypipe.methods): its `methods.<name>` section and the schema of
-    its per-request controls, so that a YAML file and an HTTP request are validated alike."""
+    its per-request controls, so that a YAML file and an HTTP request are validated alike.
+
+    Every method that searches reads its K here. In a config it defaults to `retrieval.top_k`
+    (`RaypipeConfig` fills each section's `top_k` it does not set), so a request's settings resolve in
+    one order: the request's controls, then the server's `methods.<name>`, then `retrieval.top_k`."""
+
+    top_k: int = Field(5, ge=1, description="passages per search (K)")
 
 
 class PlainGeneratorSettings(MethodSettings):

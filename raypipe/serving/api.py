@@ -52,7 +52,7 @@ class ModelNotFound(RaypipeError):
 
 
 class DecodeBackend(Protocol):
-    async def decode(self, method: str, request: MethodRequest, settings: MethodSettings, top_k: int) -> dict[str, Any]:
+    async def decode(self, method: str, request: MethodRequest, settings: MethodSettings) -> dict[str, Any]:
         """A `MethodResult.as_dict()` plus `timings` (ms) and `usage` (prompt_tokens, completion_tokens)."""
         ...
 
@@ -208,7 +208,7 @@ def build_api(cfg: RaypipeConfig, backend: DecodeBackend, auth_digest: str | Non
             settings = controls.to_settings(getattr(cfg.methods, method))
         except ValidationError as exc:  # controls valid one by one but not together (lower > upper)
             raise RequestValidationError([{**e, "loc": ("body", method, *e["loc"])} for e in exc.errors()]) from None
-        result = await backend.decode(method, request, settings, controls.top_k or cfg.retrieval.top_k)
+        result = await backend.decode(method, request, settings)
         return result, (time.perf_counter() - start) * 1000
 
     @app.get("/healthz")

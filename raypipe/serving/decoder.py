@@ -43,16 +43,16 @@ class Decoder:
         self.lm_prompt = generator_prompt(lm_path, self.lm_tokenizer) if self.lm_tokenizer is not None else None
         self.threads = ThreadPoolExecutor(concurrency, thread_name_prefix="decoder")
 
-    async def decode(self, method: str, request: MethodRequest, settings: MethodSettings, top_k: int) -> dict[str, Any]:
+    async def decode(self, method: str, request: MethodRequest, settings: MethodSettings) -> dict[str, Any]:
         """`MethodResult.as_dict()` plus `timings` (ms) and `usage` (token counts)."""
         return await asyncio.get_running_loop().run_in_executor(self.threads, self._decode, method, request,
-                                                                settings, top_k)
+                                                                settings)
 
-    def _decode(self, method: str, request: MethodRequest, settings: MethodSettings, top_k: int) -> dict[str, Any]:
+    def _decode(self, method: str, request: MethodRequest, settings: MethodSettings) -> dict[str, Any]:
         clocks = {name: CallClock(self.call_timeout_s) for name in self.handles}
         toolkit = Toolkit.build(self.handles, lambda name: self._proxy(name, clocks[name]))
         start = time.perf_counter()
-        result = get_method(method)(toolkit).decode([request], settings, top_k)[0]
+        result = get_method(method)(toolkit).decode([request], settings)[0]
         timings = {"decode_ms": (time.perf_counter() - start) * 1000}
         for name in toolkit.held():
             label = TIMING_LABELS.get(name, name)

@@ -26,8 +26,8 @@ class DecoderBackend:
     def __init__(self, decoder: DeploymentHandle, timeout_s: float):
         self.decoder, self.timeout_s = decoder, timeout_s
 
-    async def decode(self, method: str, request: MethodRequest, settings: MethodSettings, top_k: int) -> dict[str, Any]:
-        response = self.decoder.decode.remote(method, request, settings, top_k)
+    async def decode(self, method: str, request: MethodRequest, settings: MethodSettings) -> dict[str, Any]:
+        response = self.decoder.decode.remote(method, request, settings)
         try:
             return await asyncio.wait_for(response, self.timeout_s)
         except (BackPressureError, DeploymentUnavailableError) as exc:

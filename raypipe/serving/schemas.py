@@ -3,9 +3,8 @@ a method's settings.
 
 A request names its `method` (one of `serve.methods`; `serve.default_method` when it names none) and
 carries that method's controls: per-request overrides of its `methods.<name>` settings (the settings
-model's fields, made optional: `controls_model`), plus `top_k` (passages per search, default
-`retrieval.top_k`). The limits (prompt length, K, beam width, depth, max
-tokens) come from `ServeConfig`, so the models are made per app by `request_models(cfg)`: FastAPI
+model's fields, made optional: `controls_model`; `top_k`, passages per search, among them). The limits
+(prompt length, K, beam width, depth, max tokens) come from `ServeConfig`, so the models are made per app by `request_models(cfg)`: FastAPI
 then answers an unknown method or an over-limit value with the same 422 as any other invalid field,
 naming the field, and the OpenAPI document declares them (`maximum`, `maxLength`; `_declare`), so the
 document is the contract a client can check a request against.
@@ -86,13 +85,13 @@ class MethodControls(RequestModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    top_k: int | None = Field(None, ge=1, description="passages per search (K)")
-
     def to_settings(self, server_defaults: MethodSettings) -> MethodSettings:
-        """`server_defaults` with this request's overrides: its own fields, not top_k (a retrieval setting)
-        nor the request's text and method when the controls ride in a /v1/generate body. Validated as
-        the settings, so that controls valid one by one but not together (lower > upper) are refused."""
-        update = self.model_dump(exclude_none=True, exclude={"top_k", "method", *GenerateRequest.model_fields})
+        """The settings a request runs with, resolved here alone: this request's controls, then
+        `server_defaults` (the server's `methods.<name>`, whose K is `retrieval.top_k` unless it sets
+        one), then the settings' own defaults. The request's text and method, when the controls ride in
+        a /v1/generate body, are no settings. Validated as the settings, so that controls valid one by
+        one but not together (lower > upper) are refused."""
+        update = self.model_dump(exclude_none=True, exclude={"method", *GenerateRequest.model_fields})
         update = {_SETTINGS_NAMES.get(k, k): v for k, v in update.items()}
         return type(server_defaults).model_validate({**server_defaults.model_dump(), **update})
 
@@ -378,13 +377,15 @@ def check_defaults_within_limits(cfg: RaypipeConfig) -> None:
     """A request that sets nothing runs with the configured defaults, so they must obey the server's
     limits; a config where they do not is refused at startup rather than served."""
     limits = request_limits(cfg.serve)
-    defaults = {"retrieval.top_k": ("top_k", cfg.retrieval.top_k)}
+    defaults = {}
     for m in cfg.serve.methods:
         settings = getattr(cfg.methods, m)
         for field in CONTROLS[m].model_fields:
             name = _SETTINGS_NAMES.get(field, field)
-            if field in limits and field != "top_k" and name in type(settings).model_fields:
-                defaults[f"methods.{m}.{name}"] = (field, getattr(settings, name))
+            if field in limits and name in type(settings).model_fields:
+                # a K the section does not set is retrieval.top_k's: the key its user wrote
+                key = "retrieval.top_k" if name == "top_k" and name not in settings.model_fields_set else f"methods.{m}.{name}"
+                defaults[key] = (field, getattr(settings, name))
     broken = [f"{key}={value} > serve.{limits[field][0]}={limits[field][1]}"
               for key, (field, value) in defaults.items() if value > limits[field][1]]
     if broken:

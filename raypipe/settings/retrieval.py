@@ -136,8 +136,8 @@ class SearchBackendConfig(Section):
 class RetrievalConfig(Section):
     encoder: EncoderConfig = EncoderConfig()
     index: IndexConfig = IndexConfig()
-    #: passages per search, everywhere: Algorithm 3's K in augmentation, every method's K in eval
-    #: and serving (a request may override it within `serve.max_top_k`)
+    #: passages per search: Algorithm 3's K in augmentation, and every method's K in eval and serving
+    #: where its `methods.<name>.top_k` is not set (a request may override it within `serve.max_top_k`)
     top_k: int = Field(5, ge=1)
     fallback: SearchBackendConfig = SearchBackendConfig()
 

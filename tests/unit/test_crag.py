@@ -210,7 +210,7 @@ def requests() -> list[MethodRequest]:
 
 def test_crag_batch_runs_in_lock_step_with_the_three_actions():
     t, evaluator, web, lm, _ = tools()
-    results = CRAG(t).decode(requests(), CRAGSettings(), top_k=5)
+    results = CRAG(t).decode(requests(), CRAGSettings())
     # one evaluator call for the 5 documents, one for the strips read and the web paragraphs
     assert evaluator.calls[0] == 5 and len(evaluator.calls) == 2
     assert len(web.calls) == 1 and web.calls[0] == ["kw Cy", "kw Eve"]
@@ -236,7 +236,7 @@ def test_crag_batch_runs_in_lock_step_with_the_three_actions():
 def test_web_failure_leaves_incorrect_without_knowledge_and_ambiguous_with_its_internal_knowledge():
     t, _, _, lm, _ = tools(web_fail=SearchBackendError("http://search: gave up after 4 attempts: timeout"))
     # no strip filter: nothing but the action keeps Cy's irrelevant documents out
-    results = CRAG(t).decode(requests(), CRAGSettings(strip_filter=None), top_k=5)
+    results = CRAG(t).decode(requests(), CRAGSettings(strip_filter=None))
     cy, eve = results[1].trace["crag"], results[2].trace["crag"]
     assert cy["web_error"].startswith("web search failed: http://search: gave up")
     # Incorrect: its documents were judged irrelevant, so it reads none of them: the question alone
@@ -270,7 +270,7 @@ def test_prefer_moves_authoritative_sources_first_and_keeps_k():
 def test_ablations_without_refinement_rewriting_and_selection():
     t, evaluator, web, lm, _ = tools()
     settings = CRAGSettings(refine=False, rewriter="none", web_select=False)
-    results = CRAG(t).decode(requests(), settings, top_k=5)
+    results = CRAG(t).decode(requests(), settings)
     assert web.calls[0] == ["Cy|worked", "Eve|worked"]  # raw questions
     assert len(lm.calls) == 1  # the generation only
     assert len(evaluator.calls) == 1  # nothing but the documents is scored
@@ -288,9 +288,9 @@ def test_no_document_is_incorrect_and_web_off_reads_nothing():
 
 def test_rag_reads_raw_passages_and_engine_generator_uses_the_selfrag_format():
     t, _, _, lm, engine = tools()
-    [r] = RAG(t).decode([MethodRequest("Cy|worked")], RAGSettings(), top_k=5)
+    [r] = RAG(t).decode([MethodRequest("Cy|worked")], RAGSettings())
     assert "Bob\nBob swam.\nDee\nDee sang." in lm.calls[0][0] and r.text == "answer"
-    [r] = RAG(t).decode([MethodRequest("Cy|worked")], RAGSettings(generator="engine"), top_k=5)
+    [r] = RAG(t).decode([MethodRequest("Cy|worked")], RAGSettings(generator="engine"))
     assert engine.calls[0][0].startswith("### Instruction:\nCy|worked\n\n### Response:\n[Retrieval]<paragraph>")
     assert r.text == "engine answer"  # reflection tokens removed
 
@@ -301,10 +301,10 @@ def test_direct_answers_without_retrieval_with_either_generator():
 
     t, _, _, lm, engine = tools()
     t = replace(t, retriever=None)  # never searched: a direct answer needs no retriever
-    [r] = Direct(t).decode([MethodRequest("Cy|worked")], DirectSettings(), top_k=5)
+    [r] = Direct(t).decode([MethodRequest("Cy|worked")], DirectSettings())
     assert lm.calls[0][0].startswith("Cy|worked") and "Knowledge" not in lm.calls[0][0]
     assert (r.text, r.n_retrievals, r.citations) == ("answer", 0, [])
-    [r] = Direct(t).decode([MethodRequest("Cy|worked")], DirectSettings(generator="engine"), top_k=5)
+    [r] = Direct(t).decode([MethodRequest("Cy|worked")], DirectSettings(generator="engine"))
     assert engine.calls[0][0] == "### Instruction:\nCy|worked\n\n### Response:\n" and r.text == "engine answer"
     assert Direct.uses(DirectSettings()) == {"lm"}
 
@@ -312,7 +312,7 @@ def test_direct_answers_without_retrieval_with_either_generator():
 def test_closed_set_answers_map_to_an_option():
     t, *_ = tools()
     t = replace(t, lm=FakeEngine(lambda p: "kw x" if "keywords" in p else "False, it is not."))
-    [r] = CRAG(t).decode([MethodRequest("Ada|worked", options=verdict_options())], CRAGSettings(), top_k=5)
+    [r] = CRAG(t).decode([MethodRequest("Ada|worked", options=verdict_options())], CRAGSettings())
     assert r.option == "false"
 
 
@@ -329,7 +329,7 @@ def test_tools_used_follow_the_settings_and_the_registry_knows_the_methods():
 def test_missing_tool_is_a_clear_error():
     with pytest.raises(ConfigError, match="needs a evaluator"):
         CRAG(Toolkit(retriever=FakeSearcher(DOCS), web=FakeSearcher(WEB), lm=FakeEngine(lambda p: ""))).decode(
-            requests(), CRAGSettings(), 5)
+            requests(), CRAGSettings())
 
 
 def test_lm_rewriter_uses_one_call_and_falls_back_to_the_raw_question():
@@ -372,7 +372,7 @@ def test_selfcrag_reads_crag_knowledge_instead_of_the_retrieved_passages(tiny_mo
     t = replace(t, engine=engine)
     settings = SelfCRAGSettings(mode="always", max_depth=2, max_new_tokens=6, beam_width=1,
                                 knowledge_passages=knowledge_passages)
-    results = SelfCRAG(t).decode(requests(), settings, top_k=5)
+    results = SelfCRAG(t).decode(requests(), settings)
     # one corrective pass for the batch: documents, then strips + web paragraphs; one web call
     assert len(evaluator.calls) == 2 and len(web.calls) == 1
     paragraphs = [p for p in engine.prompts if "<paragraph>" in p]
@@ -438,7 +438,7 @@ def test_selfcrag_per_source_reads_each_sources_kept_strips_as_its_own_titled_pa
 def test_eval_counts_each_action_and_the_failed_web_searches():
     def counts(web_fail: Exception | None) -> dict:
         t, *_ = tools(web_fail=web_fail)
-        results = CRAG(t).decode(requests(), CRAGSettings(), top_k=5)
+        results = CRAG(t).decode(requests(), CRAGSettings())
         return summarize([judge("qa", ("Orr",), {}, r.as_dict()) for r in results])["crag"]
 
     # Ada's documents pass the upper threshold, Cy's all fall below the lower, Eve's lie between:

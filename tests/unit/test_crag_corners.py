@@ -42,7 +42,7 @@ def test_a_three_paragraph_web_page_keeps_only_its_relevant_paragraph():
     t, *_ = tools()
     evaluator = StrictEvaluator()
     t = replace(t, evaluator=evaluator, web=FakeSearcher({"kw Cy": [PAGE]}))
-    [r] = CRAG(t).decode([MethodRequest("Cy|worked")], CRAGSettings(), top_k=5)
+    [r] = CRAG(t).decode([MethodRequest("Cy|worked")], CRAGSettings())
     cy = r.trace["crag"]
     assert cy["action"] == "incorrect"
     # the page is cut at its paragraphs into three strips, each scored on its own; one survives
@@ -51,7 +51,7 @@ def test_a_three_paragraph_web_page_keeps_only_its_relevant_paragraph():
         (PAGE.id, 1, "Cy worked at the Forge. The Forge made bells.")]
     assert r.trace["knowledge"] == "Cy worked at the Forge. The Forge made bells."
     # Table 3's "w/o selection": the page whole, unscored
-    [r] = CRAG(t).decode([MethodRequest("Cy|worked")], CRAGSettings(web_select=False), top_k=5)
+    [r] = CRAG(t).decode([MethodRequest("Cy|worked")], CRAGSettings(web_select=False))
     assert r.trace["knowledge"] == PAGE.text
 
 
@@ -61,13 +61,13 @@ def test_correct_whose_strips_all_fall_below_the_filter_reads_its_passing_docume
     t = replace(t, evaluator=StrictEvaluator(),
                 retriever=FakeSearcher({"Ada|worked": [hit("p2", "Bob", "Bob swam."), passing]}))
     # one sentence per strip: no strip names both Ada and the work, the document does
-    [r] = CRAG(t).decode([MethodRequest("Ada|worked")], CRAGSettings(strip_words=3), top_k=5)
+    [r] = CRAG(t).decode([MethodRequest("Ada|worked")], CRAGSettings(strip_words=3))
     ada = r.trace["crag"]
     assert (ada["action"], ada["used"], ada["fallback"]) == ("correct", "internal", "passing_document")
     assert [(s["passage_id"], s["score"]) for s in ada["internal_strips"]] == [("p9", 0.9)]
     assert r.trace["knowledge"] == passing.text and passing.text in lm.calls[-1][0]
     # with a strip that passes, Correct reads its strips as Algorithm 1 says
-    [r] = CRAG(t).decode([MethodRequest("Ada|worked")], CRAGSettings(strip_words=100), top_k=5)
+    [r] = CRAG(t).decode([MethodRequest("Ada|worked")], CRAGSettings(strip_words=100))
     assert r.trace["crag"]["fallback"] is None and r.trace["knowledge"] == passing.text
 
 
@@ -82,7 +82,7 @@ def test_a_raising_local_rewriter_fails_no_other_request_in_the_batch():
     t, *_ = tools()
     lm = FakeEngine(reply)
     t = replace(t, lm=lm)
-    results = CRAG(t).decode(requests(), CRAGSettings(), top_k=5)
+    results = CRAG(t).decode(requests(), CRAGSettings())
     # the batch's rewrite raised, so it went question by question: Cy's alone failed
     assert [len(c) for c in lm.calls] == [2, 1, 1, 3]
     cy, eve = results[1].trace["crag"], results[2].trace["crag"]
@@ -110,7 +110,7 @@ def test_the_local_rewriter_stops_at_the_end_of_its_first_line():
 
 def test_a_strip_that_is_its_whole_document_is_not_scored_again():
     t, evaluator, *_ = tools()
-    results = CRAG(t).decode(requests(), CRAGSettings(), top_k=5)
+    results = CRAG(t).decode(requests(), CRAGSettings())
     # 5 documents, then only the 3 web pages: Ada's and Eve's documents are one strip each, already scored
     assert evaluator.calls == [5, 3]
     ada = results[0].trace["crag"]
@@ -182,7 +182,7 @@ def test_per_action_hands_exactly_three_passages_to_the_beam(tiny_model_dir, mon
     engine = RecordingEngine(HFEngine(tiny_model_dir, batch_size=8, device="cpu"))
     settings = SelfCRAGSettings(mode="always", max_depth=1, max_new_tokens=4, beam_width=1,
                                 knowledge_passages="per_action")
-    results = SelfCRAG(replace(t, engine=engine)).decode([MethodRequest("Ada|worked")], settings, top_k=5)
+    results = SelfCRAG(replace(t, engine=engine)).decode([MethodRequest("Ada|worked")], settings)
     internal, external = "Ada was born in Orr. Ada worked at the Mill.", "Ada worked at the Mill for years."
     assert handed == [[internal, external, f"{internal}\n{external}"]]
     # the beam read each of the three as a candidate passage

@@ -19,8 +19,8 @@ class Backend:
     def __init__(self):
         self.seen: list[tuple[str, MethodRequest, Any, int]] = []
 
-    async def decode(self, method, request, settings, top_k):
-        self.seen.append((method, request, settings, top_k))
+    async def decode(self, method, request, settings):
+        self.seen.append((method, request, settings, settings.top_k))
         return {"text": "ok", "n_retrievals": 1, "retrieved": True, "citations": [], "option": None,
                 "option_scores": {}, "trace": {"crag": {"action": "correct"}}, "timings": {"decode_ms": 1.0},
                 "usage": {"prompt_tokens": 3, "completion_tokens": 1}}

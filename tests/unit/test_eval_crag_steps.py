@@ -44,7 +44,7 @@ def test_a_decoded_batch_counts_each_fallback_once():
     web = {"Cy|worked": WEB["kw Cy"], "Dee|worked": [hit("w4", "Dee", "Dee worked at the Inn.")]}
     t = replace(t, evaluator=BetweenForEve(), lm=FakeEngine(reply), retriever=FakeSearcher(docs), web=FakeSearcher(web))
     reqs = [MethodRequest(q) for q in ("Ada|worked", "Cy|worked", "Eve|worked", "Dee|worked")]
-    results = CRAG(t).decode(reqs, CRAGSettings(strip_words=3), top_k=5)
+    results = CRAG(t).decode(reqs, CRAGSettings(strip_words=3))
     steps = [CragStep.of(r.trace) for r in results]
     assert steps == [CragStep("correct", None, None, "passing_document"),
                      CragStep("incorrect", "found", "no_keyword", None),

@@ -309,13 +309,13 @@ def test_every_method_sees_exactly_the_files_top_k_and_not_the_index(tmp_path, t
     monkeypatch.setattr(predict, "load_tools", lambda *a, **k: Toolkit(engine=engine, retriever=index, evaluator=evaluator))
     variants = [
         Variant("selfrag", "selfrag", "method", "selfrag",
-                SelfRAGSettings(mode="always", max_new_tokens=3, max_depth=2, beam_width=1)),
+                SelfRAGSettings(mode="always", max_new_tokens=3, max_depth=2, beam_width=1, top_k=2)),
         Variant("selfcrag", "selfcrag", "method", "selfcrag",
-                SelfCRAGSettings(mode="always", max_new_tokens=3, max_depth=1, beam_width=1, web=False)),
-        Variant("crag", "crag", "method", "crag", CRAGSettings(generator="engine", web=False, max_new_tokens=3)),
-        Variant("rag", "rag", "method", "rag", RAGSettings(generator="engine", max_new_tokens=3)),
+                SelfCRAGSettings(mode="always", max_new_tokens=3, max_depth=1, beam_width=1, web=False, top_k=2)),
+        Variant("crag", "crag", "method", "crag", CRAGSettings(generator="engine", web=False, max_new_tokens=3, top_k=2)),
+        Variant("rag", "rag", "method", "rag", RAGSettings(generator="engine", max_new_tokens=3, top_k=2)),
         Variant("self_reasoning", "self_reasoning", "method", "self_reasoning",
-                SelfReasoningSettings(max_new_tokens=4)),
+                SelfReasoningSettings(max_new_tokens=4, top_k=2)),
     ]
     predictor = predict.EvalPredictor(str(tiny_model_dir), EngineConfig(kind="hf"), RetrievalConfig(top_k=2), variants)
     out = predictor({"item": np.array([i.to_json() for i in items])})

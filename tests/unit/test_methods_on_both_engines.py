@@ -26,9 +26,9 @@ PASSAGES = {
     "web": [("Web result", "Ruth Calder opened the Calder Library to the public in 1884 in Leeds.")],
 }
 SETTINGS = {
-    "selfrag": SelfRAGSettings(mode="adaptive", threshold=0.2, beam_width=2, max_depth=2, max_new_tokens=16),
-    "crag": CRAGSettings(max_new_tokens=16, upper=0.5, lower=-0.5),
-    "self_reasoning": SelfReasoningSettings(max_new_tokens=48),
+    "selfrag": SelfRAGSettings(mode="adaptive", threshold=0.2, beam_width=2, max_depth=2, max_new_tokens=16, top_k=2),
+    "crag": CRAGSettings(max_new_tokens=16, upper=0.5, lower=-0.5, top_k=2),
+    "self_reasoning": SelfReasoningSettings(max_new_tokens=48, top_k=2),
 }
 
 
@@ -63,7 +63,7 @@ def answers(smollm2_dir, vllm_engines):
         tools = Toolkit(engine=engine, lm=engine, retriever=Corpus("internal"), web=Corpus("web"),
                         evaluator=WordOverlap())
         requests = [MethodRequest(q) for q in QUESTIONS]
-        out[kind] = {name: get_method(name)(tools).decode(requests, settings, top_k=2)
+        out[kind] = {name: get_method(name)(tools).decode(requests, settings)
                      for name, settings in SETTINGS.items()}
     return out
 

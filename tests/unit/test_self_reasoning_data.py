@@ -361,7 +361,7 @@ def test_the_fact_prompt_is_the_same_in_a_training_row_and_in_decoding():
     engine = ScriptedEngine({claim: "Final Answer: SUPPORT"})
     searcher = FakeSearcher({claim: [Passage(d.id, d.title, d.text, 1.0) for d in item.docs]})
     eval_item = EvalItem("f1", "heldout_fact", "fact", "Is the following statement correct or not?", claim, ("true",))
-    SelfReasoning(Toolkit(engine=engine, retriever=searcher)).decode([eval_item.request()], SelfReasoningSettings(), 5)
+    SelfReasoning(Toolkit(engine=engine, retriever=searcher)).decode([eval_item.request()], SelfReasoningSettings())
     assert engine.prompts == [train_prompt]
 
 

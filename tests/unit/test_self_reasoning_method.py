@@ -77,7 +77,7 @@ def run(questions, settings=None, requests=None):
     engine, searcher = ScriptedEngine(REPLIES), FakeSearcher(CORPUS)
     method = SelfReasoning(Toolkit(engine=engine, retriever=searcher))
     requests = requests or [MethodRequest(q) for q in questions]
-    return method, engine, searcher, method.decode(requests, settings or SelfReasoningSettings(), 5)
+    return method, engine, searcher, method.decode(requests, settings or SelfReasoningSettings())
 
 
 def test_one_search_and_one_engine_call_per_batch_and_cited_numbers_map_to_passage_ids():
@@ -118,7 +118,7 @@ def test_not_enough_info_is_false_on_a_true_false_set(answer, option):
              f"Reason to cite: nationality.\nAnalysis: See [1].\nFinal Answer: {answer}")
     method = SelfReasoning(Toolkit(engine=ScriptedEngine({"Ada": reply}), retriever=FakeSearcher(CORPUS)))
     request = MethodRequest("Is it correct?", "Ada was Koradian.", verdict_options(), query="Ada was Koradian.")
-    [result] = method.decode([request], SelfReasoningSettings(), 5)
+    [result] = method.decode([request], SelfReasoningSettings())
     assert (result.text, result.option) == (answer, option)
 
 
@@ -136,7 +136,7 @@ def test_parse_failures_are_counted_by_cause():
                "Q3": ("Relevant: False\nRelevant Reason: no.\nAnalysis: x.\nFinal Answer: 1\nFinal Answer: 2", "eos")}
     corpus = {q: [P("p", "T", "t.")] for q in replies}
     method = SelfReasoning(Toolkit(engine=ScriptedEngine(replies), retriever=FakeSearcher(corpus)))
-    results = method.decode([MethodRequest(q) for q in replies], SelfReasoningSettings(), 5)
+    results = method.decode([MethodRequest(q) for q in replies], SelfReasoningSettings())
     assert [r.trace["parse_cause"] for r in results] == ["loop", "token_cap", "trailing_text"]
     assert results[0].trace["parse_reason"] == "no_evidence"  # the parser's view of a cut-off text
     assert results[2].text == "1"  # the first answer
@@ -191,7 +191,7 @@ def test_an_ablation_model_is_parsed_in_its_own_format():
                                     "Cite content: [2] Ada was born in 1815.\nReason to cite: the year.\nFinal Answer: 1815"}
     settings = SelfReasoningSettings(processes=["relevance", "evidence"])
     method = SelfReasoning(Toolkit(engine=ScriptedEngine(no_tap), retriever=FakeSearcher(CORPUS)))
-    [r] = method.decode([MethodRequest("When was Ada born?", long_form=True)], settings, 5)
+    [r] = method.decode([MethodRequest("When was Ada born?", long_form=True)], settings)
     assert (r.text, [c.passage_id for c in r.citations], r.trace["trajectory"]["analysis"]) == ("1815", ["p11"], "")
     full, *_ = run(["When was Ada born?"], settings)
     assert full.parse_failures == {"unexpected_line": 1}

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow
 CHECKPOINT = Path(os.environ.get("RAYPIPE_SELFRAG_7B", "models/selfrag_llama2_7b"))
 #: the released scripts' decoding settings (run_short_form.py's defaults)
 RELEASED = SelfRAGSettings(mode="adaptive", threshold=0.2, beam_width=2, max_depth=2, max_new_tokens=20,
-                           w_is_rel=1.0, w_is_sup=1.0, w_is_use=0.5)
+                           w_is_rel=1.0, w_is_sup=1.0, w_is_use=0.5, top_k=1)
 QUESTIONS = ["Who wrote Hamlet?", "When was the Calder Library founded?", "Name a tragedy."]
 
 
@@ -87,7 +87,7 @@ def test_selfrag_decodes_the_released_layout_on_vllm_as_on_hf(released_layout_di
     assert isinstance(on_vllm, VLLMEngine) and on_vllm.prompt == SELFRAG_PROMPT
     on_hf = make_engine(released_layout_dir, EngineConfig(kind="hf", precision="fp32"), device="cpu")
     requests = [MethodRequest(q) for q in QUESTIONS]
-    results = {name: SelfRAG(Toolkit(engine=engine, retriever=OnePassage())).decode(requests, RELEASED, top_k=1)
+    results = {name: SelfRAG(Toolkit(engine=engine, retriever=OnePassage())).decode(requests, RELEASED)
                for name, engine in (("vllm", on_vllm), ("hf", on_hf))}
     for got, want in zip(results["vllm"], results["hf"], strict=True):
         assert (got.text, got.n_retrievals, got.trace["raw"]) == (want.text, want.n_retrievals, want.trace["raw"])
@@ -105,9 +105,9 @@ def test_the_real_checkpoint_answers_from_the_passage_when_present():
     from raypipe.methods.base import MethodRequest, Toolkit
     from raypipe.methods.selfrag.method import SelfRAG
 
-    settings = SelfRAGSettings(mode="always", max_depth=1, max_new_tokens=50)
+    settings = SelfRAGSettings(mode="always", max_depth=1, max_new_tokens=50, top_k=1)
     method = SelfRAG(Toolkit(engine=make_engine(CHECKPOINT, EngineConfig(kind="vllm")), retriever=OnePassage()))
-    result = method.decode([MethodRequest("Who wrote Hamlet?")], settings, top_k=1)[0]
+    result = method.decode([MethodRequest("Who wrote Hamlet?")], settings)[0]
     assert "Shakespeare" in result.text
     assert result.citations[0].passage_id == "w1"
     is_rel = result.trace["segments"][0]["reflections"]["is_rel"]

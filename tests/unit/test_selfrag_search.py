@@ -146,19 +146,16 @@ THREE_WAY = {
 
 
 QUESTION = MethodRequest("Who wrote it?")
-Settings = tuple[SelfRAGSettings, int]
+def config(**settings) -> SelfRAGSettings:
+    """Self-RAG settings, K (`top_k`) among them, as eval and serving resolve them."""
+    return SelfRAGSettings(**settings)
 
 
-def config(top_k: int = 5, **settings) -> Settings:
-    """Self-RAG settings and K (retrieval.top_k), as eval and serving pass them."""
-    return SelfRAGSettings(**settings), top_k
+def decode(cfg: SelfRAGSettings, engine: FakeEngine, retriever: FakeRetriever | None, requests: list[MethodRequest]):
+    return SelfRAG(Toolkit(engine=engine, retriever=retriever)).decode(requests, cfg)
 
 
-def decode(cfg: Settings, engine: FakeEngine, retriever: FakeRetriever | None, requests: list[MethodRequest]):
-    return SelfRAG(Toolkit(engine=engine, retriever=retriever)).decode(requests, *cfg)
-
-
-def decode_one(cfg: Settings, engine: FakeEngine, retriever: FakeRetriever | None,
+def decode_one(cfg: SelfRAGSettings, engine: FakeEngine, retriever: FakeRetriever | None,
                request: MethodRequest = QUESTION):
     return decode(cfg, engine, retriever, [request])[0]
 
@@ -205,12 +202,12 @@ def test_hard_constraint_drops_unsupported_continuations():
     cfg = config(mode="always", top_k=2, max_depth=1, w_is_use=0.0)
     free = decode_one(cfg, FakeEngine(lambda p: script[last_title(p)]), FakeRetriever(PASSAGES))
     assert (free.text, free.trace["score"]) == ("Claim A.", pytest.approx(2.3))
-    constrained = decode_one((cfg[0].model_copy(update={"forbid": [NO_SUPPORT]}), cfg[1]),
+    constrained = decode_one(cfg.model_copy(update={"forbid": [NO_SUPPORT]}),
                              FakeEngine(lambda p: script[last_title(p)]), FakeRetriever(PASSAGES))
     assert (constrained.text, constrained.trace["score"]) == ("Claim B.", pytest.approx(1.5))
     assert not constrained.trace["constraints_relaxed"]
     # every continuation broken: they are kept (and flagged) rather than answering nothing
-    everything = decode_one((cfg[0].model_copy(update={"forbid": [NO_SUPPORT, FULLY_SUPPORTED]}), cfg[1]),
+    everything = decode_one(cfg.model_copy(update={"forbid": [NO_SUPPORT, FULLY_SUPPORTED]}),
                             FakeEngine(lambda p: script[last_title(p)]), FakeRetriever(PASSAGES))
     assert everything.text == "Claim A." and everything.trace["constraints_relaxed"]
 

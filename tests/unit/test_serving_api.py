@@ -36,7 +36,8 @@ class EchoBackend:
         self.fail = fail
         self.seen: list[tuple[str, MethodRequest, SelfRAGSettings, int]] = []
 
-    async def decode(self, method: str, request: MethodRequest, settings: SelfRAGSettings, top_k: int) -> dict[str, Any]:
+    async def decode(self, method: str, request: MethodRequest, settings: SelfRAGSettings) -> dict[str, Any]:
+        top_k = settings.top_k
         self.seen.append((method, request, settings, top_k))
         if self.fail:
             raise self.fail
@@ -78,9 +79,10 @@ def test_generate_applies_per_request_controls_over_the_defaults(client, backend
 
 def test_unset_controls_keep_the_server_defaults(client, backend):
     client.post("/v1/generate", json={"instruction": "q"})
-    assert backend.seen[-1] == ("selfrag", MethodRequest("q"), SELFRAG, 3)
+    served = SELFRAG.model_copy(update={"top_k": 3})  # the section's own settings, K from retrieval.top_k
+    assert backend.seen[-1] == ("selfrag", MethodRequest("q"), served, 3)
     client.post("/v1/generate", json={"instruction": "q", "method": "selfrag"})
-    assert backend.seen[-1] == ("selfrag", MethodRequest("q"), SELFRAG, 3)
+    assert backend.seen[-1] == ("selfrag", MethodRequest("q"), served, 3)
 
 
 @pytest.mark.parametrize("route", ["/v1/generate", "/v1/chat/completions"])
@@ -222,6 +224,10 @@ def test_defaults_beyond_the_limits_are_refused_at_startup():
         check_defaults_within_limits(over)
     with pytest.raises(ConfigError, match="max_top_k"):
         build_api(RaypipeConfig(serve=LIMITS, retrieval=RetrievalConfig(top_k=9)), EchoBackend(), None)
+    # a K the method's own section sets is named there
+    own = RaypipeConfig(serve=LIMITS, methods=MethodsConfig(selfrag=SelfRAGSettings(top_k=7)))
+    with pytest.raises(ConfigError, match=r"^[^;]*methods.selfrag.top_k=7 > serve.max_top_k=5$"):
+        check_defaults_within_limits(own)
 
 
 def test_limits_differ_per_server():
@@ -268,7 +274,7 @@ def test_decoder_backend_maps_backpressure_and_deadline():
 
     from raypipe.serving.ingress import DecoderBackend
 
-    call = ("selfrag", MethodRequest("q"), SelfRAGSettings(), 3)
+    call = ("selfrag", MethodRequest("q"), SelfRAGSettings(top_k=3))
     ok = DecoderBackend(_Handle(_Response(result={"text": "a"})), timeout_s=5)
     assert asyncio.run(ok.decode(*call)) == {"text": "a"}
     full = DecoderBackend(_Handle(_Response(error=BackPressureError(num_queued_requests=4, max_queued_requests=4))),

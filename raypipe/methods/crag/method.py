@@ -1,7 +1,7 @@
 """The `crag` method (CRAG Algorithm 1) and the ablations eval runs of it (Tables 2, 3, 11), which
 Self-CRAG shares.
 
-Per batch of requests: one search call for the top K (`retrieval.top_k`) documents of every request,
+Per batch of requests: one search call for the top K (`top_k`) documents of every request,
 the corrective step (knowledge.py: its evaluator, rewriter and web calls), then one call of the plain
 generator (methods.plain_generator) over the knowledge. `rag` answers with the same generator over
 the raw top K, so the two differ by the corrective step alone.
@@ -52,8 +52,8 @@ class CRAG(Method[CRAGSettings]):
     def uses(cls, settings: CRAGSettings) -> set[ToolName]:
         return corrective_tools(settings) | {settings.generator}
 
-    def decode(self, requests: Sequence[MethodRequest], settings: CRAGSettings, top_k: int) -> list[MethodResult]:
-        documents = search_requests(self.toolkit.get("retriever", self.name), requests, top_k)
+    def decode(self, requests: Sequence[MethodRequest], settings: CRAGSettings) -> list[MethodResult]:
+        documents = search_requests(self.toolkit.get("retriever", self.name), requests, settings.top_k)
         knowledge = make_corrector(self.toolkit, settings, self.name).run(requests, documents)
         generator = self.toolkit.get(settings.generator, self.name)
         results = generate_answers(generator, settings.generator, requests, [k.text for k in knowledge],

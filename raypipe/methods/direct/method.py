@@ -27,6 +27,6 @@ class Direct(Method[DirectSettings]):
     def uses(cls, settings: DirectSettings) -> set[ToolName]:
         return {settings.generator}
 
-    def decode(self, requests: Sequence[MethodRequest], settings: DirectSettings, top_k: int) -> list[MethodResult]:
+    def decode(self, requests: Sequence[MethodRequest], settings: DirectSettings) -> list[MethodResult]:
         generator = self.toolkit.get(settings.generator, self.name)
         return generate_answers(generator, settings.generator, requests, [""] * len(requests), settings.max_new_tokens)

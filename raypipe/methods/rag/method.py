@@ -1,4 +1,4 @@
-"""The `rag` method: standard RAG, CRAG's baseline (CRAG §5.2): the raw top K (`retrieval.top_k`)
+"""The `rag` method: standard RAG, CRAG's baseline (CRAG §5.2): the raw top K (`top_k`)
 documents of each request before its question, answered by the plain generator that `crag` uses
 (methods.plain_generator), so the two differ by CRAG's corrective step alone.
 
@@ -27,8 +27,8 @@ class RAG(Method[RAGSettings]):
     def uses(cls, settings: RAGSettings) -> set[ToolName]:
         return {"retriever", settings.generator}
 
-    def decode(self, requests: Sequence[MethodRequest], settings: RAGSettings, top_k: int) -> list[MethodResult]:
-        documents = search_requests(self.toolkit.get("retriever", self.name), requests, top_k)
+    def decode(self, requests: Sequence[MethodRequest], settings: RAGSettings) -> list[MethodResult]:
+        documents = search_requests(self.toolkit.get("retriever", self.name), requests, settings.top_k)
         knowledge = ["\n".join(as_document(d.title, d.text) for d in docs) for docs in documents]
         results = generate_answers(self.toolkit.get(settings.generator, self.name), settings.generator, requests,
                                    knowledge, settings.max_new_tokens)

@@ -117,12 +117,11 @@ class SelfReasoning(Method[SelfReasoningSettings]):
         self.parse_failures: Counter[str] = Counter()
         self.decoded = 0
 
-    def decode(self, requests: Sequence[MethodRequest], settings: SelfReasoningSettings,
-               top_k: int) -> list[MethodResult]:
+    def decode(self, requests: Sequence[MethodRequest], settings: SelfReasoningSettings) -> list[MethodResult]:
         if not requests:
             return []
         searcher = perturbed(self.toolkit.get("retriever", self.name), settings)
-        found = search_requests(searcher, requests, top_k)
+        found = search_requests(searcher, requests, settings.top_k)
         prompts = [format_prompt(question_of(r), d, self.engine.prompt) for r, d in zip(requests, found, strict=True)]
         params = GenerationParams(max_new_tokens=settings.max_new_tokens, return_probs=False, stop_line=ANSWER_FIELD,
                                   frequency_penalty=settings.frequency_penalty)

@@ -136,13 +136,13 @@ class SelfCRAG(Method[SelfCRAGSettings]):
     def uses(cls, settings: SelfCRAGSettings) -> set[ToolName]:
         return {"engine"} if settings.mode == "never" else {"engine"} | corrective_tools(settings)
 
-    def decode(self, requests: Sequence[MethodRequest], settings: SelfCRAGSettings, top_k: int) -> list[MethodResult]:
+    def decode(self, requests: Sequence[MethodRequest], settings: SelfCRAGSettings) -> list[MethodResult]:
         searcher = None
         if settings.mode != "never":
             searcher = KnowledgeSearcher(requests, self.toolkit.get("retriever", self.name),
-                                         make_corrector(self.toolkit, settings, self.name), top_k,
+                                         make_corrector(self.toolkit, settings, self.name), settings.top_k,
                                          settings.knowledge_passages)
-        results = BeamSearch(self.engine, searcher, self.groups, settings, top_k).run(requests)
+        results = BeamSearch(self.engine, searcher, self.groups, settings).run(requests)
         if searcher is not None:
             for i, result in enumerate(results):
                 knowledge = searcher.knowledge_of(i)

@@ -130,9 +130,8 @@ class BeamSearch:
     requests. `retriever` is searched for every retrieval (None for `mode: never`); `groups` is the
     engine tokenizer's reflection-token table, which a method builds once."""
 
-    def __init__(self, engine: Engine, retriever: Searcher | None, groups: GroupTable, cfg: SelfRAGSettings,
-                 top_k: int):
-        self.engine, self.retriever, self.groups, self.cfg, self.top_k = engine, retriever, groups, cfg, top_k
+    def __init__(self, engine: Engine, retriever: Searcher | None, groups: GroupTable, cfg: SelfRAGSettings):
+        self.engine, self.retriever, self.groups, self.cfg = engine, retriever, groups, cfg
         self.weights = critique_weights(cfg)
         self.forbid = frozenset(cfg.forbid)
         self.params = GenerationParams(
@@ -166,7 +165,7 @@ class BeamSearch:
         retrieving = [self._wants_retrieval(h) for _, h in work]
         asking = [(s, h) for (s, h), r in zip(work, retrieving, strict=True) if r]
         queries = [retrieval_query(s.request, h.segments[-1].text if h.segments else "") for s, h in asking]
-        found = iter(self.retriever.search(queries, self.top_k, requests=[s.index for s, _ in asking])
+        found = iter(self.retriever.search(queries, self.cfg.top_k, requests=[s.index for s, _ in asking])
                      if queries else [])
         expansions: list[_Expansion] = []
         for (search, h), retrieve in zip(work, retrieving, strict=True):

@@ -30,9 +30,9 @@ class SelfRAG(Method[SelfRAGSettings]):
     def uses(cls, settings: SelfRAGSettings) -> set[ToolName]:
         return {"engine"} if settings.mode == "never" else {"engine", "retriever"}
 
-    def decode(self, requests: Sequence[MethodRequest], settings: SelfRAGSettings, top_k: int) -> list[MethodResult]:
+    def decode(self, requests: Sequence[MethodRequest], settings: SelfRAGSettings) -> list[MethodResult]:
         retriever = self.toolkit.get("retriever", self.name) if settings.mode != "never" else None
-        return BeamSearch(self.engine, retriever, self.groups, settings, top_k).run(requests)
+        return BeamSearch(self.engine, retriever, self.groups, settings).run(requests)
 
     @classmethod
     def variants(cls, settings: SelfRAGSettings, sweeps: SelfRAGSweeps | None = None) -> list[Variant]:

@@ -31,7 +31,7 @@ RetrievalMode = Literal["adaptive", "always", "never"]
 
 class SelfRAGSettings(MethodSettings):
     """Self-RAG inference (paper §3.3, Algorithm 1, App. A.4); defaults are the paper's settings. The
-    number of passages per retrieval (K) is `retrieval.top_k`."""
+    number of passages per retrieval (K) is `top_k` (MethodSettings: `retrieval.top_k` unless set)."""
 
     #: `adaptive` retrieves when p(Retrieval) / (p(Retrieval) + p(No Retrieval)) > threshold
     mode: RetrievalMode = "adaptive"
