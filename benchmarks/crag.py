@@ -176,8 +176,8 @@ def timed_tools(toolkit, breakdown: Breakdown):
 
 def untrained_evaluator(folder: Path) -> Path:
     """An evaluator folder with all-MiniLM-L6-v2 and a fresh head (timing only: scores are noise)."""
-    from raypipe.methods.crag.retrieval_evaluator import MANIFEST, OUTPUT, load_cross_encoder
     from raypipe.models import minilm_path
+    from raypipe.retrieval.cross_encoder import MANIFEST, OUTPUT, load_cross_encoder
 
     model, tokenizer = load_cross_encoder(minilm_path())
     model.save_pretrained(folder)
@@ -202,7 +202,7 @@ def quick_tools(work: Path, cfg, kind: str):
     from raypipe.data.world import synthesize
     from raypipe.inference.engines import make_engine
     from raypipe.methods.base import Toolkit
-    from raypipe.methods.crag.retrieval_evaluator import CrossEncoderRetrievalEvaluator
+    from raypipe.retrieval.cross_encoder import CrossEncoderRetrievalEvaluator
     from raypipe.settings.data import WorldConfig
     from raypipe.settings.models import EngineConfig
 

@@ -15,7 +15,6 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 
@@ -30,6 +29,7 @@ from raypipe.retrieval.types import Searcher
 from raypipe.settings.crag_tools import CRAGConfig
 from raypipe.settings.models import EngineConfig
 from raypipe.settings.retrieval import RetrievalConfig
+from raypipe.tools import ToolSources, load_tool, load_toolkit
 
 logger = logging.getLogger(__name__)
 
@@ -44,31 +44,16 @@ def tools_used(variants: list[Variant]) -> set[ToolName]:
 def load_tools(used: set[ToolName], generator: str, engine: EngineConfig, retrieval: RetrievalConfig,
                searcher_factory: SearcherFactory | None = None, crag: CRAGConfig | None = None,
                noise: RetrievalNoiseConfig | None = None) -> Toolkit:
-    """The tools `used` names, loaded in this process: the generator's engine, the dense retriever
-    (or `searcher_factory`'s stand-in; perturbed by `noise` when it is active), the second search
-    source, and CRAG's evaluator and instruct LM (`crag.evaluator`, `crag.lm`)."""
-    from raypipe.inference.engines import make_engine
-    from raypipe.retrieval import build_search_backend, load_retriever
-
-    crag = crag or CRAGConfig()
+    """The tools `used` names, built in this process by the tools layer (raypipe.tools), the dense
+    retriever replaced by `searcher_factory`'s stand-in when given, and perturbed by `noise` when it
+    is active."""
+    sources = ToolSources(generator, engine, retrieval, crag or CRAGConfig())
 
     def retriever() -> Searcher:
-        found = searcher_factory() if searcher_factory else load_retriever(retrieval)
+        found = searcher_factory() if searcher_factory else load_tool("retriever", sources)
         return perturbed(found, noise) if noise is not None else found
 
-    def evaluator() -> Any:
-        from raypipe.methods.crag.retrieval_evaluator import load_evaluator
-
-        return load_evaluator(crag.evaluator)
-
-    loaders: dict[ToolName, Callable[[], Any]] = {
-        "engine": lambda: make_engine(generator, engine),
-        "retriever": retriever,
-        "web": lambda: build_search_backend(retrieval),
-        "evaluator": evaluator,
-        "lm": lambda: make_engine(crag.lm, engine),
-    }
-    return Toolkit.build(used, lambda name: loaders[name]())
+    return load_toolkit(used, sources, {"retriever": retriever})
 
 
 class EvalPredictor:

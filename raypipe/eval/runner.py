@@ -344,7 +344,7 @@ def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None
             key = f"eval.generators.{method}" if method in cfg.eval.generators else "eval.generator"
             raise ModelError(f"{key}: no model folder at {generator}")
     if "evaluator" in tools_used(eval_variants(cfg)):
-        from raypipe.methods.crag.retrieval_evaluator import require_evaluator
+        from raypipe.retrieval.cross_encoder import require_evaluator
 
         require_evaluator(cfg.crag.evaluator.path)
     items, reports = read_eval_sets(cfg.eval.eval_sets, out / "rejects", cfg.eval.limit, cfg.eval.passages)

@@ -19,7 +19,7 @@ class EvaluatorTask(ClassifierTask):
     max_length: int
 
     def load(self, base_model: str) -> tuple[Any, Any]:
-        from raypipe.methods.crag.retrieval_evaluator import load_cross_encoder
+        from raypipe.retrieval.cross_encoder import load_cross_encoder
 
         return load_cross_encoder(base_model)
 

@@ -27,7 +27,7 @@ from raypipe.errors import ConfigError
 from raypipe.evaluator_training.data import write_pairs
 from raypipe.evaluator_training.report import report
 from raypipe.evaluator_training.task import EvaluatorTask
-from raypipe.methods.crag.retrieval_evaluator import MANIFEST, OUTPUT, CrossEncoderRetrievalEvaluator
+from raypipe.retrieval.cross_encoder import MANIFEST, OUTPUT, CrossEncoderRetrievalEvaluator
 from raypipe.settings.crag_tools import EvaluatorTrainConfig
 from raypipe.training.classifier import ClassifierRun, fit_classifier
 from raypipe.training.finished import finished_summary, mark_finished

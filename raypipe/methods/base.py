@@ -110,8 +110,8 @@ class Variant:
 class Toolkit:
     """What methods are built from. Each tool is optional: a toolkit holds what the configured methods
     need (`Method.uses`), so an eval of `mode: never` loads no index. Whoever assembles one from tool
-    names (eval's loading and memo, serving's proxies) does it with `build`, so adding a tool adds a
-    field here, its kind, and how eval loads it and serving binds it."""
+    names (raypipe.tools' loaders, eval's memo, serving's proxies) does it with `build`, so adding a
+    tool adds a field here, its kind, its loader in raypipe.tools and the deployment serving binds."""
 
     engine: Engine | None = None
     retriever: Searcher | None = None

@@ -25,6 +25,7 @@ from raypipe.methods import get_method
 from raypipe.runtime import ensure_ray
 from raypipe.serving.auth import digest_from_env
 from raypipe.serving.schemas import check_defaults_within_limits
+from raypipe.tools import ToolSources
 
 if TYPE_CHECKING:
     from ray.serve import Application
@@ -88,13 +89,14 @@ def build_app(cfg: RaypipeConfig) -> Application:
     s = cfg.serve
     used = {tool for m in s.methods for tool in get_method(m).tool_names}
     if "evaluator" in used:
-        from raypipe.methods.crag.retrieval_evaluator import require_evaluator
+        from raypipe.retrieval.cross_encoder import require_evaluator
 
         require_evaluator(cfg.crag.evaluator.path)  # here, not in a replica that Serve would restart
     generator_actor: dict[str, Any] = {"num_cpus": s.generator_cpus}
     if _cluster_has_gpus():
         generator_actor["num_gpus"] = s.generator_gpus
     batching = (s.torch_threads, s.max_batch_size, s.batch_wait_timeout_s)
+    sources = ToolSources(s.generator, cfg.engine, cfg.retrieval, cfg.crag)  # every replica builds its tool from these
     # Generator/Retrieval callers are Decoder threads, already bounded by the Decoder's own limits:
     # their queues are unbounded and they admit a full batch per replica at least.
     spread = {} if s.max_replicas_per_node is None else {"max_replicas_per_node": s.max_replicas_per_node}
@@ -104,23 +106,23 @@ def build_app(cfg: RaypipeConfig) -> Application:
     if "retriever" in used:
         handles["retriever"] = Retrieval.options(
             num_replicas=s.retrieval_replicas, ray_actor_options={"num_cpus": s.retrieval_cpus}, **shared,
-        ).bind(cfg.retrieval, *batching)
+        ).bind(sources, *batching)
     if "engine" in used:
         handles["engine"] = Generator.options(
             num_replicas=s.generator_replicas, ray_actor_options=generator_actor, **shared,
-        ).bind(s.generator, cfg.engine, *batching)
+        ).bind("engine", sources, *batching)
     if "lm" in used:
         handles["lm"] = Generator.options(
             name="InstructLM", num_replicas=s.generator_replicas, ray_actor_options=generator_actor, **shared,
-        ).bind(cfg.crag.lm, cfg.engine, *batching)
+        ).bind("lm", sources, *batching)
     if "evaluator" in used:
         handles["evaluator"] = Evaluator.options(
             num_replicas=1, ray_actor_options={"num_cpus": s.evaluator_cpus}, **shared,
-        ).bind(cfg.crag.evaluator, *batching)
+        ).bind(sources, *batching)
     if "web" in used:
         handles["web"] = WebSearch.options(
             num_replicas=1, ray_actor_options={"num_cpus": s.web_cpus}, **shared,
-        ).bind(cfg.retrieval, s.torch_threads)
+        ).bind(sources, s.torch_threads)
     decoder = Decoder.options(
         autoscaling_config=autoscaling_config(s), max_ongoing_requests=s.max_ongoing_requests,
         max_queued_requests=s.max_queued_requests, ray_actor_options={"num_cpus": s.decoder_cpus}, **spread,

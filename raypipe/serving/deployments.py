@@ -26,14 +26,11 @@ from typing import Any
 import torch
 from ray import serve
 
-from raypipe.inference.engines import make_engine
 from raypipe.inference.engines.base import Generation, GenerationParams
-from raypipe.retrieval.retriever import load_retriever
+from raypipe.methods.base import ToolName
 from raypipe.retrieval.types import Passage
 from raypipe.serving.batching import run_grouped
-from raypipe.settings.crag_tools import EvaluatorConfig
-from raypipe.settings.models import EngineConfig
-from raypipe.settings.retrieval import RetrievalConfig
+from raypipe.tools import ToolSources, load_tool
 
 logger = logging.getLogger(__name__)
 
@@ -69,11 +66,11 @@ class _BatchedModel:
 
 @serve.deployment
 class Retrieval(_BatchedModel):
-    """The dense retriever (query encoder + faiss index) of `retrieval`, shared by all decoders."""
+    """The dense retriever (query encoder + faiss index) of `sources.retrieval`, shared by all decoders."""
 
-    def __init__(self, retrieval: RetrievalConfig, threads: int, max_batch_size: int, batch_wait_timeout_s: float):
+    def __init__(self, sources: ToolSources, threads: int, max_batch_size: int, batch_wait_timeout_s: float):
         self._start(threads)
-        self.retriever = self.thread.submit(load_retriever, retrieval).result()
+        self.retriever = self.thread.submit(load_tool, "retriever", sources).result()
         _set_batching(self._search_batch, max_batch_size, batch_wait_timeout_s)
 
     async def search(self, queries: list[str], k: int) -> list[list[Passage]]:
@@ -86,12 +83,13 @@ class Retrieval(_BatchedModel):
 
 @serve.deployment
 class Generator(_BatchedModel):
-    """A generation engine (HF on CPU, vLLM on GPU) on `model_path`, shared by all decoders."""
+    """A generation engine (`engine.kind`: vLLM or HF transformers) holding the `kind` tool (the
+    generator or the instruct LM), shared by all decoders."""
 
-    def __init__(self, model_path: str, engine: EngineConfig, threads: int, max_batch_size: int,
+    def __init__(self, kind: ToolName, sources: ToolSources, threads: int, max_batch_size: int,
                  batch_wait_timeout_s: float):
         self._start(threads)
-        self.engine = self.thread.submit(make_engine, model_path, engine).result()
+        self.engine = self.thread.submit(load_tool, kind, sources).result()
         for handler in (self._generate_batch, self._next_batch):
             _set_batching(handler, max_batch_size, batch_wait_timeout_s)
 
@@ -116,11 +114,9 @@ class Evaluator(_BatchedModel):
     are merged into one forward pass series. A missing checkpoint fails the replica at startup with
     the path in the error."""
 
-    def __init__(self, evaluator: EvaluatorConfig, threads: int, max_batch_size: int, batch_wait_timeout_s: float):
-        from raypipe.methods.crag.retrieval_evaluator import load_evaluator
-
+    def __init__(self, sources: ToolSources, threads: int, max_batch_size: int, batch_wait_timeout_s: float):
         self._start(threads)
-        self.evaluator = self.thread.submit(load_evaluator, evaluator).result()
+        self.evaluator = self.thread.submit(load_tool, "evaluator", sources).result()
         _set_batching(self._score_batch, max_batch_size, batch_wait_timeout_s)
 
     async def score(self, pairs: list[tuple[str, str]]) -> list[float]:
@@ -137,11 +133,9 @@ class WebSearch:
     Calls are not merged: a failing web query must fail only its own request, which then falls back
     to internal knowledge."""
 
-    def __init__(self, retrieval: RetrievalConfig, threads: int):
-        from raypipe.retrieval import build_search_backend
-
+    def __init__(self, sources: ToolSources, threads: int):
         torch.set_num_threads(threads)
-        self.web = build_search_backend(retrieval)
+        self.web = load_tool("web", sources)
 
     def search(self, queries: list[str], k: int) -> list[list[Passage]]:
         return [list(hits) for hits in self.web.search(queries, k)]

@@ -14,8 +14,8 @@ import pytest
 from raypipe.config import RaypipeConfig
 from raypipe.data.io import list_data_files
 from raypipe.evaluator_training.train import run_train_evaluator
-from raypipe.methods.crag.retrieval_evaluator import CrossEncoderRetrievalEvaluator
 from raypipe.prompts import as_document
+from raypipe.retrieval.cross_encoder import CrossEncoderRetrievalEvaluator
 from raypipe.settings.crag_tools import CRAGConfig, EvaluatorTrainConfig
 from raypipe.settings.data import WorldConfig
 from raypipe.settings.retrieval import RetrievalConfig

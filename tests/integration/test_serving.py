@@ -58,8 +58,8 @@ def index_cfg(tmp_path_factory, world_dir) -> RetrievalConfig:
 @pytest.fixture(scope="module")
 def evaluator_dir(tmp_path_factory) -> Path:
     """An (untrained) cross-encoder exported as the training job exports one."""
-    from raypipe.methods.crag.retrieval_evaluator import MANIFEST, load_cross_encoder
     from raypipe.models import minilm_path
+    from raypipe.retrieval.cross_encoder import MANIFEST, load_cross_encoder
 
     out = tmp_path_factory.mktemp("evaluator")
     model, tokenizer = load_cross_encoder(minilm_path())

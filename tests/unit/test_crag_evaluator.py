@@ -20,8 +20,8 @@ from raypipe.evaluator_training.data import (
     write_pairs,
 )
 from raypipe.evaluator_training.report import confusion, report, suggest_thresholds
-from raypipe.methods.crag.retrieval_evaluator import load_evaluator
 from raypipe.methods.crag.trigger import Action, trigger
+from raypipe.retrieval.cross_encoder import load_evaluator
 from raypipe.retrieval.types import Passage
 from raypipe.settings.crag_tools import EvaluatorConfig, EvaluatorTrainConfig
 from raypipe.settings.data import WorldConfig

@@ -20,8 +20,9 @@ LAYERS: dict[str, int] = {
     **dict.fromkeys(["data", "models", "inference", "retrieval", "clients", "runtime", "reaper", "heap",
                      "provenance"], 1),
     "methods": 2,
+    "tools": 3,
     **dict.fromkeys(["config", "config_docs", "critic", "augment", "training", "evaluator_training", "trajectories",
-                     "eval", "serving", "cli", "demo", "readme_results"], 3),
+                     "eval", "serving", "cli", "demo", "readme_results"], 4),
 }
 
 

@@ -1,0 +1,84 @@
+"""The tools layer: how each kind of tool a method decodes with is built, in the one place that eval's
+actors and serving's deployments share. A method receives built tools in a `Toolkit` and only decodes;
+it never constructs a model or a client from its settings.
+
+    engine     the generator (Self-RAG's, or a method's own model): its folder on `engine`'s settings
+    lm         the plain instruct LM (`crag.lm`: CRAG's and RAG's generator, CRAG's rewriter), same engine
+    retriever  the dense index (`retrieval`)
+    web        the second search source (`retrieval.fallback`: the local web index or an HTTP API)
+    evaluator  CRAG's retrieval evaluator, a cross-encoder (`crag.evaluator`)
+
+Each loader imports its engine on first use, so a process that builds only a retriever never imports
+an inference engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from raypipe.methods.base import Toolkit, ToolName
+from raypipe.settings.crag_tools import CRAGConfig
+from raypipe.settings.models import EngineConfig
+from raypipe.settings.retrieval import RetrievalConfig
+
+
+@dataclass(frozen=True)
+class ToolSources:
+    """What the tools are built from: the generator folder of the `engine` tool and the config
+    sections the others read."""
+
+    generator: str
+    engine: EngineConfig
+    retrieval: RetrievalConfig
+    crag: CRAGConfig = field(default_factory=CRAGConfig)
+
+
+def _engine(sources: ToolSources) -> Any:
+    from raypipe.inference.engines import make_engine
+
+    return make_engine(sources.generator, sources.engine)
+
+
+def _lm(sources: ToolSources) -> Any:
+    from raypipe.inference.engines import make_engine
+
+    return make_engine(sources.crag.lm, sources.engine)
+
+
+def _retriever(sources: ToolSources) -> Any:
+    from raypipe.retrieval import load_retriever
+
+    return load_retriever(sources.retrieval)
+
+
+def _web(sources: ToolSources) -> Any:
+    from raypipe.retrieval import build_search_backend
+
+    return build_search_backend(sources.retrieval)
+
+
+def _evaluator(sources: ToolSources) -> Any:
+    from raypipe.retrieval.cross_encoder import load_evaluator
+
+    return load_evaluator(sources.crag.evaluator)
+
+
+#: tool kind -> its loader; every `ToolName` has one (tests/unit/test_tools.py)
+LOADERS: dict[ToolName, Callable[[ToolSources], Any]] = {
+    "engine": _engine, "lm": _lm, "retriever": _retriever, "web": _web, "evaluator": _evaluator,
+}
+
+
+def load_tool(name: ToolName, sources: ToolSources) -> Any:
+    """Tool `name` built from `sources`, in this process."""
+    return LOADERS[name](sources)
+
+
+def load_toolkit(names: Iterable[ToolName], sources: ToolSources,
+                 replaced: dict[ToolName, Callable[[], Any]] | None = None) -> Toolkit:
+    """The toolkit of `names`, each built by its loader unless `replaced` gives its own (a test's
+    stand-in retriever, a perturbed index), in `Toolkit.build`'s fixed order."""
+    replaced = replaced or {}
+    return Toolkit.build(names, lambda name: replaced[name]() if name in replaced else load_tool(name, sources))
