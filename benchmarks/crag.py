@@ -5,7 +5,7 @@
    top-K, batched (`crag.evaluator.batch_size` pairs per forward pass, one call) vs one pair per call
    -> `evaluator_batched_vs_single` (pairs/s ratio; target >= 5);
 2. `crag` vs `rag` over the same questions, same retriever, same plain generator (the instruct LM
-   `crag.lm`), same batches -> `crag_vs_rag_time_ratio` (seconds per instance; goal <= 1.2);
+   `instruct_lm`), same batches -> `crag_vs_rag_time_ratio` (seconds per instance; goal <= 1.2);
 3. `selfcrag` vs `selfrag` (retrieval `always`) and `selfrag` vs `rag` with the Self-RAG generator as
    RAG's plain generator (`generator: engine`) -> `selfcrag_vs_selfrag_time_ratio` (goal <= 1.2) and
    `selfrag_vs_rag_time_ratio` (goal <= 1.5). `--generator` names a trained Self-RAG generator;
@@ -221,20 +221,14 @@ def quick_tools(work: Path, cfg, kind: str):
 def full_tools(work: Path, cfg, generator: str | None, kind: str):
     """The run's dense retriever, web index, trained evaluator and instruct LM; the Self-RAG
     generator of `--generator`, or the tiny model with random weights."""
-    from dataclasses import replace
+    from raypipe.tools import ToolSources, load_toolkit
 
-    from raypipe.eval.predict import load_tools
-    from raypipe.inference.engines import make_engine
-
-    used = {"retriever", "web", "evaluator", "lm"}
-    engine = cfg.engine.model_copy(update={"kind": kind})
-    toolkit = load_tools(used, cfg.eval.generator, engine, cfg.retrieval,
-                       crag=cfg.crag.model_copy(update={"evaluator": cfg.crag.evaluator.model_copy(
-                           update={"device": "cpu"})}))
     world = Path(cfg.world.out_dir)
     gen_path = Path(generator) if generator else tiny_generator(work, world)
-    toolkit = replace(toolkit, engine=make_engine(str(gen_path), engine))
-    return toolkit, world / "eval", cfg.crag.lm, str(gen_path) if generator else "tiny, random weights (none trained)"
+    sources = ToolSources(str(gen_path), cfg.engine.model_copy(update={"kind": kind}), cfg.retrieval, cfg.instruct_lm,
+                          cfg.crag.evaluator.model_copy(update={"device": "cpu"}))
+    toolkit = load_toolkit({"engine", "retriever", "web", "evaluator", "lm"}, sources)
+    return toolkit, world / "eval", cfg.instruct_lm, str(gen_path) if generator else "tiny, random weights (none trained)"
 
 
 def requests_of(eval_dir: Path, limit: int):
@@ -283,7 +277,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.crag", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes, finishes in under a minute")
-    parser.add_argument("--run-dir", default="runs/crag", help="the run (world, indexes, evaluator, crag.lm)")
+    parser.add_argument("--run-dir", default="runs/crag", help="the run (world, indexes, evaluator, instruct_lm)")
     parser.add_argument("-c", "--config", help="raypipe config; --run-dir is applied on top")
     parser.add_argument("--generator", help="a trained Self-RAG generator (default: tiny, random weights)")
     parser.add_argument("--limit", type=int, default=None, help="held-out QA questions")

@@ -229,6 +229,7 @@ MOVED_KEYS = {
     "serve.tree_search_cpus": "serve.decoder_cpus",
     "serve.retriever_cpus": "serve.retrieval_cpus",
     "serve.retriever_replicas": "serve.retrieval_replicas",
+    "crag.lm": "instruct_lm",
 }
 
 
@@ -238,6 +239,9 @@ class RaypipeConfig(Section):
     #: seconds between the progress lines of a long stage (a model training) where stderr is not a
     #: terminal (a pipe, a job's log, CI); a terminal gets a bar instead
     progress_every_s: float = Field(30.0, gt=0)
+    #: the instruct LM folder (`raypipe models import` writes SmolLM2-135M-Instruct there): the plain
+    #: generator of `direct`, `rag` and `crag` with `generator: lm`, and CRAG's `lm` query rewriter
+    instruct_lm: str = default_path("instruct_lm")
     ray: RayConfig = RayConfig()
     world: WorldConfig = WorldConfig()
     segmentation: SegmentationConfig = SegmentationConfig()

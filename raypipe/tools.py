@@ -3,7 +3,7 @@ actors and serving's deployments share. A method receives built tools in a `Tool
 it never constructs a model or a client from its settings.
 
     engine     the generator (Self-RAG's, or a method's own model): its folder on `engine`'s settings
-    lm         the plain instruct LM (`crag.lm`: CRAG's and RAG's generator, CRAG's rewriter), same engine
+    lm         the plain instruct LM (`instruct_lm`: CRAG's and RAG's generator, CRAG's rewriter), same engine
     retriever  the dense index (`retrieval`)
     web        the second search source (`retrieval.fallback`: the local web index or an HTTP API)
     evaluator  CRAG's retrieval evaluator, a cross-encoder (`crag.evaluator`)
@@ -19,20 +19,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raypipe.methods.base import Toolkit, ToolName
-from raypipe.settings.crag_tools import CRAGConfig
+from raypipe.settings.crag_tools import EvaluatorConfig
 from raypipe.settings.models import EngineConfig
+from raypipe.settings.paths import default_path
 from raypipe.settings.retrieval import RetrievalConfig
 
 
 @dataclass(frozen=True)
 class ToolSources:
-    """What the tools are built from: the generator folder of the `engine` tool and the config
-    sections the others read."""
+    """What the tools are built from: the folders of the two LMs (`generator`: the `engine` tool;
+    `lm`: the instruct LM) and the config sections the others read. A job builds it from its config;
+    nothing below the jobs reads the whole config."""
 
     generator: str
     engine: EngineConfig
     retrieval: RetrievalConfig
-    crag: CRAGConfig = field(default_factory=CRAGConfig)
+    lm: str = default_path("instruct_lm")
+    evaluator: EvaluatorConfig = field(default_factory=EvaluatorConfig)
 
 
 def _engine(sources: ToolSources) -> Any:
@@ -44,7 +47,7 @@ def _engine(sources: ToolSources) -> Any:
 def _lm(sources: ToolSources) -> Any:
     from raypipe.inference.engines import make_engine
 
-    return make_engine(sources.crag.lm, sources.engine)
+    return make_engine(sources.lm, sources.engine)
 
 
 def _retriever(sources: ToolSources) -> Any:
@@ -62,7 +65,7 @@ def _web(sources: ToolSources) -> Any:
 def _evaluator(sources: ToolSources) -> Any:
     from raypipe.retrieval.cross_encoder import load_evaluator
 
-    return load_evaluator(sources.crag.evaluator)
+    return load_evaluator(sources.evaluator)
 
 
 #: tool kind -> its loader; every `ToolName` has one (tests/unit/test_tools.py)

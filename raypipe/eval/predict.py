@@ -26,9 +26,6 @@ from raypipe.methods import get_method
 from raypipe.methods.base import Method, Toolkit, ToolName, Variant
 from raypipe.retrieval.perturb import GoldRemovalSearcher, perturbed
 from raypipe.retrieval.types import Searcher
-from raypipe.settings.crag_tools import CRAGConfig
-from raypipe.settings.models import EngineConfig
-from raypipe.settings.retrieval import RetrievalConfig
 from raypipe.tools import ToolSources, load_tool, load_toolkit
 
 logger = logging.getLogger(__name__)
@@ -41,13 +38,11 @@ def tools_used(variants: list[Variant]) -> set[ToolName]:
     return set().union(*(get_method(v.method).uses(v.settings) for v in variants))
 
 
-def load_tools(used: set[ToolName], generator: str, engine: EngineConfig, retrieval: RetrievalConfig,
-               searcher_factory: SearcherFactory | None = None, crag: CRAGConfig | None = None,
+def load_tools(used: set[ToolName], sources: ToolSources, searcher_factory: SearcherFactory | None = None,
                noise: RetrievalNoiseConfig | None = None) -> Toolkit:
     """The tools `used` names, built in this process by the tools layer (raypipe.tools), the dense
     retriever replaced by `searcher_factory`'s stand-in when given, and perturbed by `noise` when it
     is active."""
-    sources = ToolSources(generator, engine, retrieval, crag or CRAGConfig())
 
     def retriever() -> Searcher:
         found = searcher_factory() if searcher_factory else load_tool("retriever", sources)
@@ -63,14 +58,13 @@ class EvalPredictor:
     variant `name` loses (seeded by `removal_seed`); its results carry `retrieval_removal` (rate,
     accurate results found, removed). `noise`: every variant's index results perturbed alike."""
 
-    def __init__(self, generator: str, engine: EngineConfig, retrieval: RetrievalConfig, variants: list[Variant],
-                 searcher_factory: SearcherFactory | None = None, crag: CRAGConfig | None = None,
+    def __init__(self, sources: ToolSources, variants: list[Variant], searcher_factory: SearcherFactory | None = None,
                  index: bool = True, removal: dict[str, float] | None = None, removal_seed: int = 0,
                  noise: RetrievalNoiseConfig | None = None):
         self.variants = variants
         self.removal, self.removal_seed = removal or {}, removal_seed
         used = tools_used(variants) - (set() if index else {"retriever"})
-        self.toolkit = load_tools(used, generator, engine, retrieval, searcher_factory, crag, noise)
+        self.toolkit = load_tools(used, sources, searcher_factory, noise)
 
     def _groups(self, items: list[EvalItem], texts: list[str], toolkit: Toolkit) -> list[tuple[list[int], Toolkit]]:
         """The batch as decode calls: all of it with the index, or groups over their own passages."""

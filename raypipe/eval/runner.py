@@ -60,6 +60,7 @@ from raypipe.methods import get_method
 from raypipe.methods.base import Variant
 from raypipe.provenance import provenance
 from raypipe.runtime import ensure_ray
+from raypipe.tools import ToolSources
 
 logger = logging.getLogger(__name__)
 
@@ -118,7 +119,7 @@ def _tool_models(cfg: RaypipeConfig, method: str) -> dict[str, Any]:
     if "engine" in tools:
         models["generator"] = _weights(generator_for(cfg, method))
     if "lm" in tools:
-        models["lm"] = _weights(cfg.crag.lm)
+        models["lm"] = _weights(cfg.instruct_lm)
     if "evaluator" in tools:
         models["evaluator"] = [_weights(cfg.crag.evaluator.path), cfg.crag.evaluator.model_dump(mode="json")]
     return models
@@ -177,12 +178,9 @@ def _predict(cfg: RaypipeConfig, items: list[EvalItem], variants: list[Variant],
             return dataset.map_batches(
                 EvalPredictor,
                 fn_constructor_kwargs={
-                    "generator": generator,
-                    "engine": cfg.engine,
-                    "retrieval": cfg.retrieval,
+                    "sources": ToolSources(generator, cfg.engine, cfg.retrieval, cfg.instruct_lm, cfg.crag.evaluator),
                     "variants": group,
                     "searcher_factory": searcher_factory,
-                    "crag": cfg.crag,
                     "index": any(item.passages is None for item in items),
                     "removal": {v.name: removal[v.name] for v in group if v.name in removal},
                     "removal_seed": cfg.eval.robustness.seed,
@@ -311,7 +309,7 @@ def method_rows(cfg: RaypipeConfig, variants: list[Variant]) -> dict[str, dict[s
         if own is None:  # a sweep that leaves the configured setting out: no row
             continue
         uses = get_method(method).uses(settings)
-        model = generator_for(cfg, method) if "engine" in uses else cfg.crag.lm if "lm" in uses else None
+        model = generator_for(cfg, method) if "engine" in uses else cfg.instruct_lm if "lm" in uses else None
         rows[method] = {"variant": own, "model": model, "generator": getattr(settings, "generator", None)}
     return rows
 

@@ -65,10 +65,10 @@ def resolve_paths(cfg: RaypipeConfig) -> RaypipeConfig:
     })
     serve_cfg = cfg.serve.model_copy(update={"generator": _absolute(cfg.serve.generator)})
     crag = cfg.crag.model_copy(update={
-        "lm": _absolute(cfg.crag.lm),
         "evaluator": cfg.crag.evaluator.model_copy(update={"path": _absolute(cfg.crag.evaluator.path)}),
     })
-    return cfg.model_copy(update={"retrieval": retrieval, "serve": serve_cfg, "crag": crag})
+    return cfg.model_copy(update={"retrieval": retrieval, "serve": serve_cfg, "crag": crag,
+                                  "instruct_lm": _absolute(cfg.instruct_lm)})
 
 
 def _cluster_has_gpus() -> bool:
@@ -96,7 +96,8 @@ def build_app(cfg: RaypipeConfig) -> Application:
     if _cluster_has_gpus():
         generator_actor["num_gpus"] = s.generator_gpus
     batching = (s.torch_threads, s.max_batch_size, s.batch_wait_timeout_s)
-    sources = ToolSources(s.generator, cfg.engine, cfg.retrieval, cfg.crag)  # every replica builds its tool from these
+    # every replica builds its tool from these
+    sources = ToolSources(s.generator, cfg.engine, cfg.retrieval, cfg.instruct_lm, cfg.crag.evaluator)
     # Generator/Retrieval callers are Decoder threads, already bounded by the Decoder's own limits:
     # their queues are unbounded and they admit a full batch per replica at least.
     spread = {} if s.max_replicas_per_node is None else {"max_replicas_per_node": s.max_replicas_per_node}
@@ -126,7 +127,7 @@ def build_app(cfg: RaypipeConfig) -> Application:
     decoder = Decoder.options(
         autoscaling_config=autoscaling_config(s), max_ongoing_requests=s.max_ongoing_requests,
         max_queued_requests=s.max_queued_requests, ray_actor_options={"num_cpus": s.decoder_cpus}, **spread,
-    ).bind(handles, s.generator, s.max_ongoing_requests, s.request_timeout_s, cfg.crag.lm)
+    ).bind(handles, s.generator, s.max_ongoing_requests, s.request_timeout_s, cfg.instruct_lm)
     return Ingress.options(
         num_replicas=s.ingress_replicas, max_ongoing_requests=s.ingress_max_ongoing_requests,
         ray_actor_options={"num_cpus": s.ingress_cpus}, **spread,

@@ -1,6 +1,6 @@
-"""Settings of what CRAG and Self-CRAG are built from besides the generator and the retrievers: the
-retrieval evaluator, its training job, and the instruct LM. The methods' own decoding settings are
-`raypipe.methods.crag.settings`."""
+"""Settings of what CRAG and Self-CRAG are built from besides the generator, the retrievers and the
+instruct LM (`instruct_lm`): the retrieval evaluator and its training job. The methods' own decoding
+settings are `raypipe.methods.crag.settings`."""
 
 from __future__ import annotations
 
@@ -91,11 +91,8 @@ class EvaluatorTrainConfig(Section):
 
 
 class CRAGConfig(Section):
-    """What CRAG and Self-CRAG are built from besides the generator and the retrievers: the retrieval
-    evaluator, its training job, and the instruct LM (plain generator and query rewriter)."""
+    """What CRAG and Self-CRAG are built from besides the generator, the retrievers and the instruct
+    LM: the retrieval evaluator and its training job."""
 
-    #: the instruct LM folder (`raypipe models import` writes SmolLM2-135M-Instruct there); CRAG's and
-    #: RAG's plain generator with `generator: lm`, and the `lm` query rewriter
-    lm: str = default_path("crag.lm")
     evaluator: EvaluatorConfig = EvaluatorConfig()
     train: EvaluatorTrainConfig = EvaluatorTrainConfig()

@@ -46,7 +46,7 @@ DERIVED_PATHS: tuple[tuple[str, str], ...] = (
     ("eval.generator", "{training.generator.out_dir}"),
     ("eval.out_dir", "{run}/eval"),
     ("serve.generator", "{training.generator.out_dir}"),
-    ("crag.lm", "{lm_import.out_dir}"),
+    ("instruct_lm", "{lm_import.out_dir}"),
     ("crag.train.data_dir", "{run}/evaluator_data"),
     ("crag.train.out_dir", "{run}/models/evaluator"),
     ("crag.evaluator.path", "{crag.train.out_dir}"),

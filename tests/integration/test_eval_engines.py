@@ -18,7 +18,7 @@ def _run(kind: str, out, world_dir, tiny_model_dir, keyword_searcher) -> dict[st
     cfg = RaypipeConfig.model_validate({
         "retrieval": {"top_k": 2},
         "engine": {"kind": kind, "precision": "fp32"},
-        "crag": {"lm": str(tiny_model_dir)},
+        "instruct_lm": str(tiny_model_dir),
         "methods": {"selfrag": {"max_new_tokens": 8, "max_depth": 2, "beam_width": 2},
                     "rag": {"max_new_tokens": 8}},
         "eval": {"generator": str(tiny_model_dir), "eval_sets": sets, "out_dir": str(out), "limit": 4,

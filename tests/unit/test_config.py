@@ -121,7 +121,7 @@ def test_default_run_dir_reproduces_every_section_default():
 @pytest.mark.parametrize(("old", "new"), [
     ("decode.top_k=3", "retrieval.top_k"), ("augment.top_k=3", "retrieval.top_k"),
     ("decode.mode=never", "methods.selfrag.mode"), ("decode.engine=hf", "engine.kind"),
-    ("eval.threshold_sweep=[0.5]", "eval.sweeps.selfrag.threshold"),
+    ("eval.threshold_sweep=[0.5]", "eval.sweeps.selfrag.threshold"), ("crag.lm=models/lm", "instruct_lm"),
 ])
 def test_a_moved_key_names_its_new_place(tmp_path, old, new):
     key, value = old.split("=")

@@ -33,6 +33,7 @@ from raypipe.prompts import format_generator_prompt
 from raypipe.retrieval.types import Passage
 from raypipe.settings.models import EngineConfig
 from raypipe.settings.retrieval import RetrievalConfig
+from raypipe.tools import ToolSources
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "released"
 #: the released eval files, in their released shapes (tests/fixtures/released, written by hand from the
@@ -317,7 +318,8 @@ def test_every_method_sees_exactly_the_files_top_k_and_not_the_index(tmp_path, t
         Variant("self_reasoning", "self_reasoning", "method", "self_reasoning",
                 SelfReasoningSettings(max_new_tokens=4, top_k=2)),
     ]
-    predictor = predict.EvalPredictor(str(tiny_model_dir), EngineConfig(kind="hf"), RetrievalConfig(top_k=2), variants)
+    predictor = predict.EvalPredictor(ToolSources(str(tiny_model_dir), EngineConfig(kind="hf"), RetrievalConfig()),
+                                      variants)
     out = predictor({"item": np.array([i.to_json() for i in items])})
 
     # the index answered only the item without passages, with its own question

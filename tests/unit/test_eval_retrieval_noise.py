@@ -10,6 +10,7 @@ from raypipe.eval.runner import _fingerprint, eval_variants
 from raypipe.retrieval.types import Passage
 from raypipe.settings.models import EngineConfig
 from raypipe.settings.retrieval import RetrievalConfig
+from raypipe.tools import ToolSources
 
 
 class CorpusSearcher:
@@ -21,7 +22,8 @@ class CorpusSearcher:
 
 
 def _retriever(noise: RetrievalNoiseConfig):
-    return load_tools({"retriever"}, "unused", EngineConfig(), RetrievalConfig(), CorpusSearcher, noise=noise).retriever
+    sources = ToolSources("unused", EngineConfig(), RetrievalConfig())
+    return load_tools({"retriever"}, sources, CorpusSearcher, noise=noise).retriever
 
 
 def test_active_noise_replaces_half_of_each_questions_documents_with_the_other_questions():

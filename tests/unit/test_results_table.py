@@ -131,7 +131,7 @@ def test_one_eval_runs_each_method_on_its_own_generator(tmp_path):
         cfg.eval.generator: ["rag", "selfrag"], str(tmp_path / "sr"): ["self_reasoning"]}
     rows = method_rows(cfg, variants)
     assert rows["selfrag"] == {"variant": "adaptive", "model": cfg.eval.generator, "generator": None}
-    assert rows["rag"] == {"variant": "rag", "model": cfg.crag.lm, "generator": "lm"}
+    assert rows["rag"] == {"variant": "rag", "model": cfg.instruct_lm, "generator": "lm"}
     assert rows["self_reasoning"]["model"] == str(tmp_path / "sr")
 
 
