@@ -221,7 +221,7 @@ MOVED_KEYS = {
     "decode.engine": "engine.kind",
     "decode.engine_batch_size": "engine.batch_size",
     "decode.gpu_memory_utilization": "engine.gpu_memory_utilization",
-    **{f"decode.{k}": f"methods.selfrag.{k}" for k in REGISTRY["selfrag"].settings.model_fields},
+    **{f"decode.{k}": f"methods.selfrag.{k}" for k in REGISTRY["selfrag"].settings.model_fields if k != "top_k"},
     "eval.modes": "eval.sweeps.selfrag.modes",
     "eval.threshold_sweep": "eval.sweeps.selfrag.threshold",
     "eval.is_sup_weight_sweep": "eval.sweeps.selfrag.is_sup_weight",

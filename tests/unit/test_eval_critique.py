@@ -67,7 +67,7 @@ def _predict(table) -> list[dict]:
     method = SelfRAG(Toolkit(engine=FakeEngine(_script(table)), retriever=ByQuestion([])))
     items = _items()
     results = method.decode([MethodRequest(i.instruction) for i in items],
-                            SelfRAGSettings(mode="always", max_depth=1), 3)
+                            SelfRAGSettings(mode="always", max_depth=1, top_k=3))
     return [{"id": i.id, "set": i.set, **r.as_dict()} for i, r in zip(items, results, strict=True)]
 
 

@@ -225,7 +225,7 @@ def test_defaults_beyond_the_limits_are_refused_at_startup():
     with pytest.raises(ConfigError, match="max_top_k"):
         build_api(RaypipeConfig(serve=LIMITS, retrieval=RetrievalConfig(top_k=9)), EchoBackend(), None)
     # a K the method's own section sets is named there
-    own = RaypipeConfig(serve=LIMITS, methods=MethodsConfig(selfrag=SelfRAGSettings(top_k=7)))
+    own = RaypipeConfig(serve=LIMITS, methods=MethodsConfig(selfrag=SELFRAG.model_copy(update={"top_k": 7})))
     with pytest.raises(ConfigError, match=r"^[^;]*methods.selfrag.top_k=7 > serve.max_top_k=5$"):
         check_defaults_within_limits(own)
 
