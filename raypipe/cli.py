@@ -120,7 +120,7 @@ COMMANDS: dict[str, Command] = {
         (Shortcut("--out", "label.out_dir", "PATH", _OUT),),
     ),
     "train": Command(
-        "raypipe.training.trainer:run_train",
+        "raypipe.jobs.train:run_train",
         "fine-tune the critic, the generator or the self-reasoning model (three gradual stages) on Ray Train + "
         "DeepSpeed ZeRO-3",
         choices=("critic", "generator", "self-reasoning"),

@@ -150,8 +150,8 @@ def _show_answers(cfg: RaypipeConfig) -> dict[str, Any]:
 
 def _train(which: str) -> Stage:
     def stage(cfg: RaypipeConfig) -> dict[str, Any]:
+        from raypipe.jobs.train import run_train
         from raypipe.training.progress import training_progress
-        from raypipe.training.trainer import run_train
 
         with training_progress(Path(getattr(cfg.training, which).out_dir) / "logs", f"{which} training",
                                cfg.progress_every_s):

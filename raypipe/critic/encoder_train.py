@@ -1,4 +1,4 @@
-"""`raypipe train critic` with `training.critic.kind: encoder`: the encoder critic fine-tuned on D_critic
+"""`raypipe train critic` with `training.critic.kind: encoder` (raypipe.jobs.train): the encoder critic fine-tuned on D_critic
 on Ray Train, by the small-classifier loop it shares with CRAG's evaluator (`raypipe.training.classifier`).
 
 Layout under `training.critic.out_dir` (the conventions of `raypipe train`)::
@@ -26,11 +26,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from raypipe.config import RaypipeConfig
 from raypipe.critic.dataset import read_split, row_example
 from raypipe.critic.encoder import NUM_OUTPUTS, InputFormat, encode_examples, target_index, write_manifest
 from raypipe.errors import ConfigError, DataError
 from raypipe.prompts import ASPECT_LABELS, Aspect
+from raypipe.settings.cluster import RayConfig
 from raypipe.settings.training import CriticTrainConfig
 from raypipe.training.classifier import ClassifierRun, ClassifierTask, fit_classifier, model_device
 from raypipe.training.finished import finished_summary, mark_finished
@@ -146,11 +146,11 @@ def critic_task(tc: CriticTrainConfig, train: pa.Table) -> CriticEncoderTask:
                              trainable_layers=tc.trainable_layers, class_weights=weights)
 
 
-def run_train_encoder_critic(cfg: RaypipeConfig) -> dict[str, Any]:
-    """Fine-tune the encoder critic on `training.critic.data` and export it to `training.critic.out_dir`."""
+def train_encoder_critic(tc: CriticTrainConfig, ray_cfg: RayConfig) -> dict[str, Any]:
+    """Fine-tune the encoder critic on `tc.data` and export it to `tc.out_dir`, on the Ray instance
+    `ray_cfg` names; a finished run is not trained again."""
     from raypipe.runtime import ensure_ray
 
-    tc = cfg.training.critic
     out = Path(tc.out_dir).resolve()
     if (done := finished_summary(out)) is not None:
         return done
@@ -160,7 +160,7 @@ def run_train_encoder_critic(cfg: RaypipeConfig) -> dict[str, Any]:
     base, run, task = _base_model(tc), _run(tc), critic_task(tc, train)
     check_positions(tc, "critic", base)
     start = time.perf_counter()
-    ensure_ray(cfg.ray)
+    ensure_ray(ray_cfg)
     trained = fit_classifier(task, run, tc, base, data, out)
     write_manifest(out, base, task.layers, tc.max_length, task.input_format)
     summary = {"model": str(out), "kind": "encoder", "base_model": base, "input": task.input_format,

@@ -2,7 +2,7 @@
 
 from raypipe.training.encode import IGNORE_INDEX, EncodedExample, encode_example, row_prompt_target
 from raypipe.training.spans import SPAN_KINDS, find_spans, register_span_kind
-from raypipe.training.trainer import encode_stage, fit_stage, run_train
+from raypipe.training.trainer import encode_stage, fit_stage, train_lm
 
 __all__ = [
     "IGNORE_INDEX",
@@ -14,5 +14,5 @@ __all__ = [
     "row_prompt_target",
     "encode_stage",
     "fit_stage",
-    "run_train",
+    "train_lm",
 ]

@@ -1,4 +1,5 @@
-"""`raypipe train critic|generator`: run a config's training stages on Ray Train, export HF folders.
+"""An LM's training stages on Ray Train + DeepSpeed (the critic: Self-RAG Eq. 1; the generator: Eq. 2;
+the Self-Reasoning model), exported as HF folders; the `raypipe train` job (raypipe.jobs.train) calls it.
 
 Layout under ``training.<which>.out_dir``::
 
@@ -25,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from raypipe.config import RaypipeConfig
 from raypipe.errors import ConfigError
 from raypipe.models.prompt_format import resolve_format
 from raypipe.prompts import PromptFormatName
+from raypipe.settings.cluster import RayConfig
 from raypipe.settings.training import ModelTrainConfig, TrainStage
 from raypipe.training.data import StepPlan, encode_dataset, plan_steps
 from raypipe.training.deepspeed_config import load_deepspeed_config
@@ -157,19 +158,12 @@ def _stage_summary(stats: dict[str, Any]) -> dict[str, Any]:
             **{k: stats.get(k) for k in keys}}
 
 
-def run_train(cfg: RaypipeConfig, which: str) -> dict[str, Any]:
-    """Train `training.<which>` (critic: Self-RAG Eq. 1; generator: Eq. 2), stage after stage; the
-    encoder critic (`training.critic.kind: encoder`) by its own job."""
+def train_lm(tc: ModelTrainConfig, which: str, ray_cfg: RayConfig) -> dict[str, Any]:
+    """Train the LM of `training.<which>` (`tc`), stage after stage, each from the previous one's
+    weights, on the Ray instance `ray_cfg` names; a finished run is not trained again."""
     from raypipe.models import load_tokenizer
     from raypipe.runtime import ensure_ray
 
-    if which not in WHICH:
-        raise ConfigError(f"train: expected one of {WHICH}, got {which!r}")
-    if which == "critic" and cfg.training.critic.kind == "encoder":
-        from raypipe.critic.encoder_train import run_train_encoder_critic
-
-        return run_train_encoder_critic(cfg)
-    tc: ModelTrainConfig = getattr(cfg.training, which)
     _validate(tc, which)
     load_deepspeed_config(tc, bf16=False)  # a bad template fails now, not after encoding the data
     out = Path(tc.out_dir).resolve()
@@ -179,7 +173,7 @@ def run_train(cfg: RaypipeConfig, which: str) -> dict[str, Any]:
     # fail here, not inside a Ray task, on a missing or broken base model
     prompt_format = resolve_format(tc.prompt_format, base, load_tokenizer(base))
     check_positions(tc, which, base)
-    ensure_ray(cfg.ray)
+    ensure_ray(ray_cfg)
     stages: list[dict[str, Any]] = []
     for i, stage in enumerate(tc.stages):
         last = i == len(tc.stages) - 1

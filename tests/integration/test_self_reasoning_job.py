@@ -144,10 +144,10 @@ def test_gradual_training_runs_the_three_stages_each_from_the_last(data_run, tin
     import torch
     from safetensors.torch import load_file
 
+    from raypipe.jobs.train import run_train
     from raypipe.models import load_model, load_tokenizer
     from raypipe.models.prompt_format import generator_prompt, recorded_format
     from raypipe.settings.training import SelfReasoningTrainConfig, TrainingConfig, TrainStage
-    from raypipe.training.trainer import run_train
 
     _, data_out, _, _ = data_run
     rows = pq.read_table(data_out / "train").to_pylist()

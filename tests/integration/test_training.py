@@ -18,6 +18,7 @@ import torch
 
 from raypipe.config import RaypipeConfig
 from raypipe.errors import RaypipeError
+from raypipe.jobs.train import run_train
 from raypipe.prompts import format_generator_prompt
 from raypipe.settings.training import (
     CriticTrainConfig,
@@ -38,7 +39,6 @@ from raypipe.tokens import (
     UTILITY,
     Group,
 )
-from raypipe.training.trainer import run_train
 from tests.cluster_faults import Kill, kill_train_worker_after_checkpoint, own_processes
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from raypipe.config import RaypipeConfig
+from raypipe.jobs.train import run_train
 from raypipe.models import load_model, load_tokenizer, reflection_token_ids
 from raypipe.models.prompt_format import generator_prompt, recorded_format
 from raypipe.prompts import GeneratorPrompt
@@ -19,7 +20,6 @@ from raypipe.settings.training import GeneratorTrainConfig, TrainingConfig, Trai
 from raypipe.tokens import FULLY_SUPPORTED, NO_RETRIEVAL, RELEVANT, RETRIEVAL, UTILITY, format_paragraph
 from raypipe.training.data import collate
 from raypipe.training.encode import encode_row
-from raypipe.training.trainer import run_train
 
 pytestmark = pytest.mark.slow
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from raypipe.config import RaypipeConfig
+from raypipe.jobs.train import run_train
 from raypipe.prompts import format_generator_prompt
 from raypipe.settings.training import GeneratorTrainConfig, TrainingConfig, TrainStage
 from raypipe.tokens import PARAGRAPH_CLOSE, PARAGRAPH_OPEN
 from raypipe.training.data import encode_dataset
-from raypipe.training.trainer import run_train
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "released"

@@ -32,9 +32,9 @@ from raypipe.critic.encoder_train import CriticEncoderTask, critic_task, inverse
 from raypipe.critic.predict import make_predictor
 from raypipe.data.io import write_parquet
 from raypipe.errors import ConfigError, DataError, ModelError
+from raypipe.jobs.train import run_train
 from raypipe.models import minilm_path
 from raypipe.prompts import ASPECT_LABELS, Aspect, CriticExample, critic_prompt
-from raypipe.training.trainer import run_train
 
 PASSAGE = "Ilse Marrow\nIlse Marrow (born 1961) is a Dutch painter known for her harbour scenes."
 EXAMPLES = [

@@ -22,8 +22,16 @@ LAYERS: dict[str, int] = {
     "methods": 2,
     "tools": 3,
     **dict.fromkeys(["config", "config_docs", "critic", "augment", "training", "evaluator_training", "trajectories",
-                     "eval", "serving", "cli", "demo", "readme_results"], 4),
+                     "eval", "serving", "readme_results"], 4),
+    **dict.fromkeys(["jobs", "cli", "demo"], 5),
 }
+
+#: layer 4 in its own order, lowest first: a package imports only those before it (ARCHITECTURE.md §2).
+#: The composed config is at the bottom while components still take it whole; the training harness
+#: serves the offline jobs' libraries; eval scores what trajectories' quality control reads; serving
+#: reuses eval's metrics; the README's figures and the config manual read everything below them.
+LAYER_4_ORDER = ["config", "training", "critic", "augment", "evaluator_training", "eval", "trajectories", "serving",
+                 "readme_results", "config_docs"]
 
 
 def _module_name(path: Path) -> str:
@@ -66,6 +74,36 @@ def test_imports_run_only_downward():
             if target.startswith("raypipe.") and _layer(target) > _layer(me):
                 upward.append(f"{me} (layer {_layer(me)}) imports {target} (layer {_layer(target)}), line {line}")
     assert not upward, "\n".join(upward)
+
+
+def _out_of_order(imports: list[tuple[str, str, int]]) -> list[str]:
+    """Of (importing module, imported module, line), those where a layer-4 package imports one after
+    it in LAYER_4_ORDER."""
+    rank = {name: i for i, name in enumerate(LAYER_4_ORDER)}
+    found = []
+    for me, target, line in imports:
+        mine, theirs = me.split(".")[1], target.split(".")[1]
+        if mine in rank and theirs in rank and rank[theirs] > rank[mine]:
+            found.append(f"{me} imports {target}, line {line}: {theirs} is above {mine} in LAYER_4_ORDER")
+    return found
+
+
+def _all_imports() -> list[tuple[str, str, int]]:
+    return [(me, target, line) for path in _sources() if (me := _module_name(path)).count(".")
+            for target, line in _runtime_imports(ast.parse(path.read_text(encoding="utf-8")))
+            if target.startswith("raypipe.")]
+
+
+def test_layer_4_runs_in_one_order():
+    assert sorted(LAYER_4_ORDER) == sorted(k for k, v in LAYERS.items() if v == 4)
+    assert not (broken := _out_of_order(_all_imports())), "\n".join(broken)
+
+
+def test_the_order_check_sees_a_planted_back_import():
+    planted = [("raypipe.training.trainer", "raypipe.critic.encoder_train", 9),
+               ("raypipe.critic.encoder_train", "raypipe.training.classifier", 3)]
+    assert _out_of_order(planted) == ["raypipe.training.trainer imports raypipe.critic.encoder_train, line 9: "
+                                      "critic is above training in LAYER_4_ORDER"]
 
 
 def test_methods_import_no_ray():

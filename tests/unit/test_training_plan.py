@@ -69,7 +69,7 @@ def test_overriding_one_generator_key_keeps_the_generator_defaults():
 def test_a_max_length_beyond_the_base_models_positions_fails_before_any_ray_work(tiny_model_dir, tmp_path):
     import ray
 
-    from raypipe.training.trainer import run_train
+    from raypipe.jobs.train import run_train
 
     positions = json.loads((tiny_model_dir / "config.json").read_text())["max_position_embeddings"]
     cfg = load_config(None, [f"training.generator.base_model={tiny_model_dir}", f"training.generator.out_dir={tmp_path}",
