@@ -256,13 +256,24 @@ def stages() -> list[tuple[str, Stage]]:
 TIMES_FILE = "demo_times.json"
 
 
-def demo_times(stage_seconds: dict[str, float], total_s: float) -> dict[str, Any]:
+def folder_bytes(folder: Path) -> int:
+    """Bytes of the files under `folder` (links not followed), as `du --apparent-size` counts them."""
+    return sum(entry.lstat().st_size for entry in folder.rglob("*") if entry.is_file() and not entry.is_symlink())
+
+
+def demo_times(stage_seconds: dict[str, float], total_s: float, run_dir: Path | None = None) -> dict[str, Any]:
     """What `TIMES_FILE` holds: seconds per stage (a stage finished by an earlier run takes ~0 s), the
-    total, and the machine: its CPU kind and cores, without which a time says little."""
+    total, the machine (its CPU kind and cores, without which a time says little), and the disk the
+    demo leaves: `run_dir`'s bytes and, run from a virtual environment, that environment's."""
     from raypipe.models.device import cpu_kind
 
-    return {"stages": stage_seconds, "total_s": round(total_s, 1), "cpu": cpu_kind(), "cores": os.cpu_count(),
-            "when": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    clock: dict[str, Any] = {"stages": stage_seconds, "total_s": round(total_s, 1), "cpu": cpu_kind(),
+                             "cores": os.cpu_count(), "when": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    if run_dir is not None:
+        clock["disk_bytes"] = {"run_dir": folder_bytes(run_dir)}
+        if sys.prefix != sys.base_prefix:
+            clock["disk_bytes"]["venv"] = folder_bytes(Path(sys.prefix))
+    return clock
 
 
 def run_demo(cfg: RaypipeConfig) -> dict[str, Any]:
@@ -281,7 +292,7 @@ def run_demo(cfg: RaypipeConfig) -> dict[str, Any]:
         if stats:
             console.print(stage_table(f"{name}:", stats))
         times[name] = round(time.perf_counter() - start, 1)
-    clock = demo_times(times, time.perf_counter() - total)
+    clock = demo_times(times, time.perf_counter() - total, Path(cfg.run_dir))
     clock_file = Path(cfg.run_dir) / TIMES_FILE
     clock_file.write_text(json.dumps(clock, indent=2) + "\n")
     console.rule("[bold]demo: done")

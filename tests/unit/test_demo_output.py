@@ -216,6 +216,17 @@ def test_the_demo_clock_names_the_machine_beside_the_seconds():
     assert clock["stages"] == {"synthetic world": 3.2, "generator training": 1500.0}
     assert clock["total_s"] == 1603.3 and clock["cores"] == os.cpu_count()
     assert clock["cpu"].rsplit(", ", 1)[1] in {"AMX", "AVX512-BF16", "AVX-512", "AVX2", "no AVX2"}
+    assert "disk_bytes" not in clock
+
+
+def test_the_demo_clock_counts_the_run_folders_files_once(tmp_path):
+    from raypipe.demo import demo_times
+
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "weights.bin").write_bytes(b"x" * 3000)
+    (tmp_path / "metrics.json").write_bytes(b"{}")
+    (tmp_path / "latest").symlink_to(tmp_path / "models" / "weights.bin")  # a link is not a second copy
+    assert demo_times({}, 1.0, tmp_path)["disk_bytes"]["run_dir"] == 3002
 
 
 @pytest.mark.parametrize(("amx", "bf16", "avx512", "avx2", "kind"), [

@@ -80,7 +80,9 @@ def test_the_demo_clock_names_the_total_the_longest_stages_and_the_machine():
              "cpu": "AMD EPYC, AVX512-BF16", "cores": 2, "when": "2026-12-03T15:00:00+00:00"}
     text = rr.demo_times_block(times, "docs/results/files/demo/demo_times.json")
     assert "**30.0 min**" in text and "2026-12-03" in text and "AMD EPYC, AVX512-BF16, 2 cores" in text
-    assert "generator training 15.0, critic training 5.0, evaluation 4.0)" in text
+    assert "generator training 15.0, critic training 5.0, evaluation 4.0). From" in text  # no disk recorded
+    text = rr.demo_times_block({**times, "disk_bytes": {"run_dir": 1.34e9, "venv": 3.66e9}}, "f.json")
+    assert "It left 1.3 GB in its run folder, beside a 3.7 GB `.venv`. From [f.json]" in text
 
 
 def test_render_replaces_only_the_marked_blocks_and_names_an_unknown_one(tmp_path: Path):
