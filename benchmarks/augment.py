@@ -149,8 +149,8 @@ def main() -> None:
     from raypipe.augment.pipeline import run_augment
     from raypipe.config import load_config
     from raypipe.data.world import synthesize
+    from raypipe.jobs.index import run_build_index
     from raypipe.models import build_tiny_model, world_texts
-    from raypipe.retrieval.build import run_build_index
     from raypipe.runtime import ensure_ray
     from raypipe.settings.data import WorldConfig
     from raypipe.settings.models import TinyModelConfig

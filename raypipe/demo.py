@@ -47,7 +47,7 @@ WEB_INDEX_SHOWN = ("out_dir", "n_passages", "rows_embedded", "embed_seconds")
 
 def _web_index(cfg: RaypipeConfig) -> dict[str, Any]:
     """The separate "web" corpus index that CRAG's fallback search reads."""
-    from raypipe.retrieval.build import run_build_index
+    from raypipe.jobs.index import run_build_index
 
     web = cfg.model_copy(deep=True)
     web.retrieval.index.passages = str(Path(cfg.world.out_dir) / "web" / "passages")
@@ -101,7 +101,7 @@ def _heldout_questions(cfg: RaypipeConfig, n: int) -> list[str]:
 
 
 def _show_retrievals(cfg: RaypipeConfig) -> dict[str, Any]:
-    from raypipe.retrieval.retriever import run_search
+    from raypipe.jobs.index import run_search
 
     return run_search(cfg, _heldout_questions(cfg, 3))
 
@@ -208,7 +208,7 @@ def _fold(value: Any) -> str:
 
 def _import_lm(cfg: RaypipeConfig) -> dict[str, Any]:
     """The pretrained LM import (`raypipe models import`), when a model of this run starts from it."""
-    from raypipe.models.importer import run_import_model
+    from raypipe.jobs.models import run_import_model
 
     target = Path(cfg.lm_import.out_dir).resolve()
     if all(Path(tc.base_model).resolve() != target for tc in (cfg.training.critic, cfg.training.generator)):
@@ -227,9 +227,9 @@ def _train_evaluator(cfg: RaypipeConfig) -> dict[str, Any]:
 
 
 def stages() -> list[tuple[str, Stage]]:
-    from raypipe.data.world import run_synth
-    from raypipe.models.build_job import run_build_models
-    from raypipe.retrieval.build import run_build_index
+    from raypipe.jobs.index import run_build_index
+    from raypipe.jobs.models import run_build_models
+    from raypipe.jobs.synth import run_synth
     from raypipe.serving.demo import run_serve_demo
 
     return [

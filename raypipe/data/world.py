@@ -23,7 +23,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -36,9 +36,6 @@ from raypipe.data.world_passages import passage, web_passage
 from raypipe.data.world_tasks import BUILDERS, DATASET_TASK, EVAL_BUILDERS, check_mix
 from raypipe.errors import ConfigError
 from raypipe.settings.data import WorldConfig
-
-if TYPE_CHECKING:
-    from raypipe.config import RaypipeConfig
 
 logger = logging.getLogger(__name__)
 
@@ -211,8 +208,3 @@ def synthesize(cfg: WorldConfig) -> dict[str, Any]:
     (out / "_SUCCESS").touch()
     logger.info("wrote %s in %.1f s", out, stats["timing"]["seconds"])
     return stats
-
-
-def run_synth(cfg: RaypipeConfig) -> dict[str, Any]:
-    """CLI entry (`raypipe data synth`, jobs/synth.py)."""
-    return synthesize(cfg.world)

@@ -27,14 +27,11 @@ import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from raypipe import tokens
 from raypipe.errors import ModelError
 from raypipe.settings.models import LMImportConfig
-
-if TYPE_CHECKING:
-    from raypipe.config import RaypipeConfig
 
 logger = logging.getLogger(__name__)
 
@@ -334,16 +331,3 @@ def import_model(cfg: LMImportConfig) -> tuple[dict[str, Any], bool]:
         shutil.rmtree(tmp, ignore_errors=True)
     logger.info("imported %s (%s parameters) -> %s", source.path, f"{manifest['parameters']:,}", out)
     return manifest, False
-
-
-def run_import_model(cfg: RaypipeConfig) -> dict[str, Any]:
-    """Job entry of `raypipe models import`: the summary table of the import."""
-    start = time.perf_counter()
-    manifest, skipped = import_model(cfg.lm_import)
-    return {
-        "model_dir": str(Path(cfg.lm_import.out_dir)), "source": manifest["source_file"],
-        "source sha256": manifest["source_sha256"], "skipped (manifest matches)": skipped,
-        "parameters": manifest["parameters"], "layers": manifest["layers"], "vocab_size": manifest["vocab_size"],
-        "added tokens": len(manifest["added_tokens"]), "dtype": manifest["dtype"], "eos": manifest["eos_token"],
-        "seconds": round(time.perf_counter() - start, 1),
-    }

@@ -1,4 +1,4 @@
-"""`raypipe index build`: passages -> embedding shards (Ray Data) -> one faiss index + passages + manifest.
+"""The index build behind `raypipe index build` (raypipe.jobs.index): passages -> embedding shards (Ray Data) -> one faiss index + passages + manifest.
 
 Steps, each durable so a rerun redoes only what changed:
 1. embed every input file into `embeddings/<stem>.parquet` (embed.py; current shards are skipped);
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import faiss
 import numpy as np
@@ -42,11 +42,8 @@ from raypipe.retrieval.embed import (
 )
 from raypipe.retrieval.manifest import INDEX_FILE, MANIFEST_FILE, PASSAGES_FILE, Manifest
 from raypipe.retrieval.store import write_passages
-from raypipe.runtime import ensure_ray
-from raypipe.settings.retrieval import IndexConfig
-
-if TYPE_CHECKING:
-    from raypipe.config import RaypipeConfig
+from raypipe.settings.data import LimitsConfig
+from raypipe.settings.retrieval import EncoderConfig, IndexConfig
 
 logger = logging.getLogger(__name__)
 
@@ -186,14 +183,13 @@ def assemble_index(out_dir: Path, files: list[Path], normalize: bool, cfg: Index
     return IndexBuild(manifest, False, rejects)
 
 
-def run_build_index(cfg: RaypipeConfig) -> dict[str, Any]:
-    """Build (or bring up to date) the index of `retrieval.index.passages` in `retrieval.index.out_dir`."""
-    encoder_cfg, index_cfg = cfg.retrieval.encoder, cfg.retrieval.index
+def build_index_folder(encoder_cfg: EncoderConfig, index_cfg: IndexConfig, limits: LimitsConfig) -> dict[str, Any]:
+    """Build (or bring up to date) the index of `index_cfg.passages` in `index_cfg.out_dir`, embedding
+    on the running Ray instance; rows over `limits` are rejected."""
     out_dir = Path(index_cfg.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     files = list_data_files(index_cfg.passages)
-    ensure_ray(cfg.ray)
-    embed_stats = embed_shards(files, out_dir, encoder_cfg, index_cfg, cfg.limits)
+    embed_stats = embed_shards(files, out_dir, encoder_cfg, index_cfg, limits)
     start = time.perf_counter()
     built = assemble_index(out_dir, files, encoder_cfg.normalize, index_cfg)
     manifest, embedded = built.manifest, embed_stats["rows_embedded"]

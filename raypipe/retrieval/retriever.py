@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,11 +17,8 @@ from raypipe.retrieval import index as faiss_index
 from raypipe.retrieval.encoders import Encoder, build_encoder
 from raypipe.retrieval.manifest import INDEX_FILE, PASSAGES_FILE, Manifest
 from raypipe.retrieval.store import PassageStore
-from raypipe.settings.retrieval import EncoderConfig, IndexConfig, RetrievalConfig
-
-if TYPE_CHECKING:
-    from raypipe.config import RaypipeConfig
 from raypipe.retrieval.types import Passage
+from raypipe.settings.retrieval import EncoderConfig, IndexConfig, RetrievalConfig
 
 logger = logging.getLogger(__name__)
 
@@ -73,10 +69,3 @@ class DenseRetriever:
 def load_retriever(cfg: RetrievalConfig) -> DenseRetriever:
     """The dense retriever of the configured index, with the encoder that built it."""
     return DenseRetriever.from_config(cfg.encoder, cfg.index)
-
-
-def run_search(cfg: RaypipeConfig, queries: list[str]) -> dict[str, Any]:
-    """`raypipe index search`: the top-k of a few queries as {query: ["title [id] score", ...]}, for the
-    job summary table (a smoke check that an index answers sensibly)."""
-    hits = load_retriever(cfg.retrieval).search(queries, cfg.retrieval.top_k)
-    return {query: [f"{h.title} [{h.id}] {h.score:.3f}" for h in row] for query, row in zip(queries, hits, strict=True)}

@@ -36,7 +36,7 @@ def small_inputs(tmp_path_factory, world_dir) -> Path:
 
 @pytest.fixture(scope="module")
 def index_dir(tmp_path_factory, world_dir, ray_cluster) -> Path:
-    from raypipe.retrieval.build import run_build_index
+    from raypipe.jobs.index import run_build_index
 
     out = tmp_path_factory.mktemp("index")
     cfg = load_config(None, [f"retrieval.index.passages={world_dir / 'passages'}",

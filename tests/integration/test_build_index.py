@@ -13,9 +13,10 @@ import pytest
 
 from raypipe.config import RaypipeConfig
 from raypipe.errors import DataError
+from raypipe.jobs.index import run_build_index
 from raypipe.retrieval import DenseRetriever
 from raypipe.retrieval import index as fi
-from raypipe.retrieval.build import add_in_parallel, run_build_index, sample_vectors
+from raypipe.retrieval.build import add_in_parallel, sample_vectors
 from raypipe.retrieval.embed import read_vectors, shard_path
 from raypipe.retrieval.encoders import build_encoder, passage_texts
 from raypipe.settings.retrieval import EncoderConfig, IndexConfig, RetrievalConfig

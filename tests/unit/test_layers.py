@@ -106,6 +106,19 @@ def test_the_order_check_sees_a_planted_back_import():
                                       "critic is above training in LAYER_4_ORDER"]
 
 
+def test_below_the_job_libraries_nothing_names_the_composed_config():
+    """Layers 0-3 take their own sections: not even an annotation names `RaypipeConfig`, so a job entry
+    taking the whole config cannot creep back into a low package."""
+    naming = []
+    for path in _sources():
+        me = _module_name(path)
+        if _layer(me) <= 3:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            naming += [f"{me} line {node.lineno}" for node in ast.walk(tree)
+                       if isinstance(node, ast.ImportFrom) and node.module == "raypipe.config"]
+    assert not naming, naming
+
+
 def test_methods_import_no_ray():
     offenders = [f"{_module_name(p)} line {line}" for p in (PACKAGE / "methods").rglob("*.py")
                  for target, line in _runtime_imports(ast.parse(p.read_text(encoding="utf-8")))

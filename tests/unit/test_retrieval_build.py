@@ -198,7 +198,7 @@ def test_local_fallback_backend_searches_its_own_index(built):
 
 def test_run_search_lists_the_top_hits_per_query(built):
     from raypipe.config import RaypipeConfig
-    from raypipe.retrieval.retriever import run_search
+    from raypipe.jobs.index import run_search
 
     target = _rows(7, 1)[0]
     query = f"{target['title']} {target['text']}"

@@ -1,4 +1,5 @@
-"""`raypipe models build`: the tiny base model every demo model starts from (ARCHITECTURE.md §4)."""
+"""The tiny base model every demo model starts from (ARCHITECTURE.md §4), built by `raypipe models build`
+(raypipe.jobs.models)."""
 
 from __future__ import annotations
 
@@ -6,25 +7,25 @@ import logging
 import math
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from raypipe.config import RaypipeConfig
+from raypipe.settings.models import TinyModelConfig
 
 logger = logging.getLogger(__name__)
 
 
-def run_build_models(cfg: RaypipeConfig) -> dict[str, Any]:
-    """Build the tokenizer and tiny Llama on the world's texts; skipped when already built."""
+def build_base_model(tiny: TinyModelConfig, world_dir: str) -> dict[str, Any]:
+    """Build the tokenizer and tiny Llama of `tiny` on the texts of the world at `world_dir`; skipped
+    when already built."""
     from raypipe.models import build_tiny_model, load_tokenizer, world_texts
 
-    out = Path(cfg.tiny_model.out_dir)
+    out = Path(tiny.out_dir)
     done = out / "_SUCCESS"
     start = time.perf_counter()
     skipped = done.exists()
     if not skipped:
-        texts = world_texts(cfg.world.out_dir, limit=cfg.tiny_model.tokenizer_train_texts)
-        build_tiny_model(cfg.tiny_model, texts, out)
+        texts = world_texts(world_dir, limit=tiny.tokenizer_train_texts)
+        build_tiny_model(tiny, texts, out)
         done.touch()
     tokenizer = load_tokenizer(out)
     n_params = _count_parameters(out)
