@@ -46,8 +46,9 @@ SIZES = {  # world instances, examples per aspect, single-prompt sample, Ray row
 def build_inputs(work: Path, instances: int, per_aspect: int) -> tuple[Path, list[dict]]:
     """A small world, the tiny base model (the critic's architecture, untrained) and D_critic prompts."""
     from raypipe.config import RaypipeConfig
-    from raypipe.critic.dataset import read_split, run_label
+    from raypipe.critic.dataset import read_split
     from raypipe.data.world import synthesize
+    from raypipe.jobs.label import run_label
     from raypipe.models import build_tiny_model, world_texts
     from raypipe.settings.data import WorldConfig
     from raypipe.settings.models import TinyModelConfig

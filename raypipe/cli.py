@@ -115,7 +115,7 @@ COMMANDS: dict[str, Command] = {
          Shortcut("--factory", "retrieval.index.factory", "SPEC", "faiss index_factory string, e.g. Flat, HNSW32")),
     ),
     "label": Command(
-        "raypipe.critic.dataset:run_label",
+        "raypipe.jobs.label:run_label",
         "label a sample of instances with the teacher and write the critic data set D_critic",
         (Shortcut("--out", "label.out_dir", "PATH", _OUT),),
     ),
@@ -126,14 +126,14 @@ COMMANDS: dict[str, Command] = {
         choices=("critic", "generator", "self-reasoning"),
     ),
     "self-reasoning data": Command(
-        "raypipe.trajectories.dataset:run_trajectories",
+        "raypipe.jobs.trajectories:run_trajectories",
         "Self-Reasoning training data: retrieve, have the teacher write RAP/EAP/TAP trajectories, parse them "
         "strictly, keep those passing quality control (Algorithm 1); prints the funnel",
         (Shortcut("--questions", "trajectories.questions", "N", "training questions drawn", int),
          Shortcut("--out", "trajectories.out_dir", "PATH", _OUT)),
     ),
     "crag train-evaluator": Command(
-        "raypipe.evaluator_training.train:run_train_evaluator",
+        "raypipe.jobs.evaluator:run_train_evaluator",
         "CRAG's retrieval evaluator: pairs from the world's ground truth, a cross-encoder on Ray Train, "
         "held-out accuracy with a confusion matrix",
         (Shortcut("--out", "crag.train.out_dir", "PATH", "evaluator folder"),

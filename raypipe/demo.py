@@ -72,7 +72,7 @@ def _evaluate(cfg: RaypipeConfig) -> dict[str, Any]:
 def _label(cfg: RaypipeConfig) -> dict[str, Any]:
     """`raypipe label`, each aspect on one or two lines: its split and its labels' balance (the request
     and sampling counts, equal on the oracle's run, stay in the stage's stats.json)."""
-    from raypipe.critic.dataset import run_label
+    from raypipe.jobs.label import run_label
 
     stats = run_label(cfg)
     aspects = {name: {"train": a.get("train"), "dev": a.get("dev"), "failed": a.get("failed"), "labels": a.get("labels")}
@@ -218,7 +218,7 @@ def _import_lm(cfg: RaypipeConfig) -> dict[str, Any]:
 
 def _train_evaluator(cfg: RaypipeConfig) -> dict[str, Any]:
     """CRAG's retrieval evaluator (`raypipe crag train-evaluator`), when an evaluated method uses it."""
-    from raypipe.evaluator_training.train import run_train_evaluator
+    from raypipe.jobs.evaluator import run_train_evaluator
     from raypipe.methods import get_method
 
     if not any("evaluator" in get_method(m).uses(getattr(cfg.methods, m)) for m in cfg.eval.methods):

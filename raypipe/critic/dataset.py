@@ -1,4 +1,4 @@
-"""`raypipe label`: the critic data set D_critic (Self-RAG §3.2.1, Algorithm 2 lines 3-6).
+"""The critic data set D_critic, written by `raypipe label` (raypipe.jobs.label) (Self-RAG §3.2.1, Algorithm 2 lines 3-6).
 
 Samples judgements per aspect from the instances, has the teacher label them, and writes prompt /
 target pairs: the prompt is the critic's input in the generator prompt format (`prompts.critic_prompt`)
@@ -31,7 +31,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from raypipe.config import RaypipeConfig
 from raypipe.critic.teacher_requests import PassageIndex, RequestSampler, SampleResult
 from raypipe.critic.teachers import LabelRequest, Teacher, make_critic_teacher
 from raypipe.data.io import read_records, write_jsonl, write_parquet
@@ -39,6 +38,8 @@ from raypipe.data.segment import Segmenter
 from raypipe.data.stable_random import stable_uniforms
 from raypipe.errors import RaypipeError
 from raypipe.prompts import Aspect, CriticExample, critic_prompt, task_input
+from raypipe.settings.data import LimitsConfig, SegmentationConfig
+from raypipe.settings.retrieval import RetrievalConfig
 from raypipe.settings.teachers import LabelConfig
 
 logger = logging.getLogger(__name__)
@@ -118,21 +119,23 @@ def _label_all(teacher: Teacher, sample: SampleResult, cfg: LabelConfig
     return rows, per_aspect
 
 
-def retrieved_neighbours(cfg: RaypipeConfig, instances: pa.Table, index: PassageIndex) -> dict[int, list[int]]:
-    """Each instance's top `label.retrieved_evidence_k` passages from the configured index, as rows of
+def retrieved_neighbours(retrieval: RetrievalConfig, k: int, instances: pa.Table,
+                         index: PassageIndex) -> dict[int, list[int]]:
+    """Each instance's top `k` passages from the index of `retrieval`, as rows of
     `index` (a hit the labelled corpus lacks is left out). The query is augmentation's first one, the
     task input then the output, so the critic is taught on the neighbours it will judge there."""
     from raypipe.retrieval.retriever import load_retriever
 
     rows = instances.select(["instruction", "input", "output"]).to_pylist()
     queries = [f"{task_input(r['instruction'], r['input'])}\n{r['output']}" for r in rows]
-    hits = load_retriever(cfg.retrieval).search(queries, cfg.label.retrieved_evidence_k)
+    hits = load_retriever(retrieval).search(queries, k)
     return {i: [index.row_of[p.id] for p in found if p.id in index.row_of] for i, found in enumerate(hits)}
 
 
-def run_label(cfg: RaypipeConfig) -> dict[str, Any]:
-    """Label a sample with the configured teacher and write D_critic; returns the stats."""
-    lc = cfg.label
+def write_critic_data(lc: LabelConfig, retrieval: RetrievalConfig, segmentation: SegmentationConfig,
+                      limits: LimitsConfig) -> dict[str, Any]:
+    """Label a sample with `lc.teacher` and write D_critic to `lc.out_dir`; returns the stats. Rows over
+    `limits` are rejected; `retrieval` finds the retrieved evidence when `lc.retrieved_evidence_k` asks."""
     out = Path(lc.out_dir)
     stats_path = out / "stats.json"
     if (out / "_SUCCESS").exists() and stats_path.exists():
@@ -141,15 +144,16 @@ def run_label(cfg: RaypipeConfig) -> dict[str, Any]:
     start = time.perf_counter()
     (out / "_SUCCESS").unlink(missing_ok=True)
     instances, instance_report = read_records(lc.instances, "instance", out / "rejects" / "instances",
-                                              limits=cfg.limits)
+                                              limits=limits)
     passages, passage_report = read_records(lc.passages, "passage", out / "rejects" / "passages",
-                                            limits=cfg.limits)
+                                            limits=limits)
     if instances.num_rows == 0 or passages.num_rows == 0:
         raise RaypipeError(f"nothing to label: {instances.num_rows} valid instances in {lc.instances}, "
                            f"{passages.num_rows} valid passages in {lc.passages}")
     index = PassageIndex(passages)
-    neighbours = retrieved_neighbours(cfg, instances, index) if lc.retrieved_evidence_k else None
-    sampler = RequestSampler(instances, index, lc, Segmenter(cfg.segmentation), neighbours)
+    neighbours = retrieved_neighbours(retrieval, lc.retrieved_evidence_k, instances, index) if lc.retrieved_evidence_k \
+        else None
+    sampler = RequestSampler(instances, index, lc, Segmenter(segmentation), neighbours)
     sample = sampler.sample_all()
     if lc.is_use_swapped_outputs:
         # train only: dev keeps the sample's mix, so agreement stays comparable across settings

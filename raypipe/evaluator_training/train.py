@@ -1,5 +1,5 @@
-"""`raypipe crag train-evaluator`: data from the world, the cross-encoder on Ray Train, the held-out
-report (CRAG §4.2, §5.5 Table 4, App. B.3).
+"""CRAG's retrieval evaluator, trained by `raypipe crag train-evaluator` (raypipe.jobs.evaluator): data
+from the world, the cross-encoder on Ray Train, the held-out report (CRAG §4.2, §5.5 Table 4, App. B.3).
 
 Layout under `crag.train.out_dir` (the conventions of `raypipe train`)::
 
@@ -22,13 +22,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from raypipe.config import RaypipeConfig
 from raypipe.errors import ConfigError
 from raypipe.evaluator_training.data import write_pairs
 from raypipe.evaluator_training.report import report
 from raypipe.evaluator_training.task import EvaluatorTask
 from raypipe.retrieval.cross_encoder import MANIFEST, OUTPUT, CrossEncoderRetrievalEvaluator
-from raypipe.settings.crag_tools import EvaluatorTrainConfig
+from raypipe.settings.cluster import RayConfig
+from raypipe.settings.crag_tools import EvaluatorConfig, EvaluatorTrainConfig
+from raypipe.settings.data import WorldConfig
+from raypipe.settings.retrieval import RetrievalConfig
 from raypipe.training.classifier import ClassifierRun, fit_classifier
 from raypipe.training.finished import finished_summary, mark_finished
 
@@ -55,36 +57,36 @@ def fit(tc: EvaluatorTrainConfig, base_model: str, data: Path, out: Path) -> dic
     return trained
 
 
-def run_train_evaluator(cfg: RaypipeConfig) -> dict[str, Any]:
-    """Build the pairs (unless `data_dir` holds them for these settings), train, report."""
+def train_evaluator(tc: EvaluatorTrainConfig, world: WorldConfig, retrieval: RetrievalConfig, scorer: EvaluatorConfig,
+                    upper: float, lower: float, ray_cfg: RayConfig) -> dict[str, Any]:
+    """Build the pairs from `world` and `retrieval`'s index (unless `tc.data_dir` holds them for these
+    settings), train on the Ray instance `ray_cfg` names, report the held-out accuracy at CRAG's
+    `upper` / `lower` thresholds, read with the decode-time `scorer` settings."""
     from raypipe.retrieval import load_retriever
     from raypipe.runtime import ensure_ray
 
-    tc = cfg.crag.train
     out, data = Path(tc.out_dir).resolve(), Path(tc.data_dir).resolve()
     if (done := finished_summary(out)) is not None:
         return done
-    if not (Path(cfg.world.out_dir) / "_SUCCESS").exists():
-        raise ConfigError(f"world.out_dir: no finished world at {cfg.world.out_dir} (run `raypipe data synth`)")
+    if not (Path(world.out_dir) / "_SUCCESS").exists():
+        raise ConfigError(f"world.out_dir: no finished world at {world.out_dir} (run `raypipe data synth`)")
     base = _base_model(tc)
     start = time.perf_counter()
-    stamp = {"world": cfg.world.model_dump(exclude={"out_dir"}), "train": tc.model_dump(
+    stamp = {"world": world.model_dump(exclude={"out_dir"}), "train": tc.model_dump(
         include={"questions", "retrieve_k", "negatives", "claim_fraction", "heldout_fraction", "seed"})}
     stats_path = data / "stats.json"
     if stats_path.is_file() and json.loads(stats_path.read_text()).get("stamp") == stamp:
         data_stats = json.loads(stats_path.read_text())
         logger.info("reusing the evaluator pairs in %s", data)
     else:
-        data_stats = write_pairs(cfg.world, load_retriever(cfg.retrieval),
+        data_stats = write_pairs(world, load_retriever(retrieval),
                                  tc.model_copy(update={"data_dir": str(data)}))
         data_stats["stamp"] = stamp
         stats_path.write_text(json.dumps(data_stats, indent=2) + "\n")
-    ensure_ray(cfg.ray)
+    ensure_ray(ray_cfg)
     trained = fit(tc, base, data / "train.parquet", out)
-    evaluator = CrossEncoderRetrievalEvaluator(out, batch_size=cfg.crag.evaluator.batch_size,
-                                               max_length=tc.max_length)
-    crag = cfg.methods.crag
-    rep = report(evaluator, data / "heldout.parquet", crag.upper, crag.lower)
+    evaluator = CrossEncoderRetrievalEvaluator(out, batch_size=scorer.batch_size, max_length=tc.max_length)
+    rep = report(evaluator, data / "heldout.parquet", upper, lower)
     (out / REPORT_FILE).write_text(json.dumps(rep, indent=2) + "\n")
     summary = {"evaluator": str(out), "base_model": base, "pairs_train": data_stats["train"]["pairs"],
                "pairs_heldout": data_stats["heldout"]["pairs"], "steps": trained.get("steps"),

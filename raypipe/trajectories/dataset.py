@@ -1,5 +1,6 @@
-"""`raypipe self-reasoning data`: self-reasoning trajectories for training questions, filtered by
-quality control (Self-Reasoning §"Data Generation and Quality Control", Algorithm 1).
+"""`raypipe self-reasoning data` (raypipe.jobs.trajectories): self-reasoning trajectories for training
+questions, filtered by quality control (Self-Reasoning §"Data Generation and Quality Control",
+Algorithm 1).
 
 1. Questions: a seeded sample of `trajectories.questions` training instances of the configured
    datasets (short-form QA, fact verification, long form); bad rows go to rejects with a reason.
@@ -42,12 +43,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from raypipe.config import RaypipeConfig
 from raypipe.data.io import read_records, write_jsonl, write_parquet
 from raypipe.data.stable_random import stable_uniforms
 from raypipe.errors import DataError, RaypipeError
 from raypipe.eval.citations import SupportChecker, make_checker
 from raypipe.retrieval.types import Passage, Searcher
+from raypipe.settings.cluster import RayConfig
+from raypipe.settings.data import LimitsConfig, WorldConfig
 from raypipe.settings.retrieval import RetrievalConfig
 from raypipe.settings.teachers import QualityConfig, TrajectoryConfig
 from raypipe.trajectories.items import TASK_OF_DATASET, Question, TrajectoryItem, make_item, question_of
@@ -216,16 +218,18 @@ def kept_rows(rows: list[dict[str, Any]], cfg: TrajectoryConfig) -> tuple[list[d
     return sorted(out, key=lambda r: r["id"]), dict(sorted(over_cap.items()))
 
 
-def run_trajectories(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None) -> dict[str, Any]:
-    """Generate, parse and quality-control trajectories; write the training rows and the funnel."""
+def write_trajectories(tc: TrajectoryConfig, processes: list[TrajectoryProcess], retrieval: RetrievalConfig,
+                       world: WorldConfig, limits: LimitsConfig, ray_cfg: RayConfig,
+                       searcher_factory: SearcherFactory | None = None) -> dict[str, Any]:
+    """Generate, parse and quality-control trajectories of `processes` (the Self-Reasoning method's)
+    over `retrieval`'s index (or `searcher_factory`'s stand-in); write the training rows and the funnel
+    to `tc.out_dir`, and the long-form eval set from `world` when `tc.longform_eval` asks."""
     import ray
 
     from raypipe.runtime import ensure_ray
 
-    tc = cfg.trajectories
     out = Path(tc.out_dir)
     stats_path = out / "stats.json"
-    processes = cfg.methods.self_reasoning.processes
     if (out / "_SUCCESS").exists() and stats_path.exists():
         done = json.loads(stats_path.read_text())
         written = done.get("processes", list(ALL_PROCESSES))  # folders from before the setting: all three
@@ -243,16 +247,16 @@ def run_trajectories(cfg: RaypipeConfig, searcher_factory: SearcherFactory | Non
         raise RaypipeError(f"trajectories.datasets: {unknown} have no trajectory task; known: {sorted(TASK_OF_DATASET)}")
     start = time.perf_counter()
     (out / "_SUCCESS").unlink(missing_ok=True)
-    table, report = read_records(tc.instances, "instance", out / "rejects" / "instances", limits=cfg.limits)
+    table, report = read_records(tc.instances, "instance", out / "rejects" / "instances", limits=limits)
     questions, rejects = sample_questions(table.to_pylist(), tc)
     if rejects:
         write_jsonl(rejects, out / "rejects" / "questions.rejects.jsonl")
     if not questions:
         raise RaypipeError(f"no questions of datasets {tc.datasets} among {table.num_rows} valid instances in "
                            f"{tc.instances}")
-    ensure_ray(cfg.ray)
+    ensure_ray(ray_cfg)
     retrieved = ray.data.from_items([{"id": q.instance_id, "query": q.query} for q in questions]).map_batches(
-        RetrieveBatch, fn_constructor_kwargs={"retrieval": cfg.retrieval, "searcher_factory": searcher_factory},
+        RetrieveBatch, fn_constructor_kwargs={"retrieval": retrieval, "searcher_factory": searcher_factory},
         compute=ray.data.ActorPoolStrategy(size=tc.actors), batch_size=tc.batch_size, num_cpus=tc.actor_cpus)
     docs = {r["id"]: [Passage(**d) for d in json.loads(r["docs"])] for r in retrieved.iter_rows()}
     items = build_items(questions, docs, tc)
@@ -279,7 +283,7 @@ def run_trajectories(cfg: RaypipeConfig, searcher_factory: SearcherFactory | Non
              "question_rejects": len(rejects), "instances_read": report.as_dict(),
              "seconds": round(time.perf_counter() - start, 2)}
     if tc.longform_eval:
-        stats["longform_eval"] = str(write_longform_set(cfg.world, out / "eval" / LONGFORM_SET, tc.longform_eval,
+        stats["longform_eval"] = str(write_longform_set(world, out / "eval" / LONGFORM_SET, tc.longform_eval,
                                                         tc.seed))
     stats_path.write_text(json.dumps(stats, indent=2) + "\n")
     failed = flow["overall"]["generated"] - flow["overall"]["replied"]

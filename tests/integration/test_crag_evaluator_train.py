@@ -13,7 +13,7 @@ import pytest
 
 from raypipe.config import RaypipeConfig
 from raypipe.data.io import list_data_files
-from raypipe.evaluator_training.train import run_train_evaluator
+from raypipe.jobs.evaluator import run_train_evaluator
 from raypipe.prompts import as_document
 from raypipe.retrieval.cross_encoder import CrossEncoderRetrievalEvaluator
 from raypipe.settings.crag_tools import CRAGConfig, EvaluatorTrainConfig

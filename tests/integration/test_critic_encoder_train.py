@@ -12,9 +12,9 @@ import pytest
 
 from raypipe.config import RaypipeConfig
 from raypipe.critic.agreement import agreement_report
-from raypipe.critic.dataset import run_label
 from raypipe.critic.encoder import MANIFEST, EncoderCritic
 from raypipe.critic.predict import make_predictor
+from raypipe.jobs.label import run_label
 from raypipe.jobs.train import run_train
 from raypipe.training.finished import STATS_FILE, SUCCESS
 from raypipe.training.precision import cpu_computes_bf16

@@ -14,7 +14,7 @@ import pytest
 
 from raypipe.config import RaypipeConfig
 from raypipe.errors import RaypipeError
-from raypipe.trajectories.dataset import run_trajectories
+from raypipe.jobs.trajectories import run_trajectories
 from raypipe.trajectory_format import STAGE_MASKS, parse_trajectory, process_span
 
 pytestmark = pytest.mark.slow

@@ -13,8 +13,9 @@ from pydantic import ValidationError
 
 from raypipe import tokens
 from raypipe.config import RaypipeConfig
-from raypipe.critic.dataset import read_split, run_label, split_examples
+from raypipe.critic.dataset import read_split, split_examples
 from raypipe.errors import DataError
+from raypipe.jobs.label import run_label
 from raypipe.prompts import ASPECT_LABELS, Aspect, critic_prompt
 from raypipe.settings.teachers import NEGATIVE_KINDS
 

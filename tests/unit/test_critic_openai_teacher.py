@@ -13,10 +13,10 @@ import pytest
 
 from raypipe import tokens
 from raypipe.config import RaypipeConfig
-from raypipe.critic.dataset import run_label
 from raypipe.critic.openai_teacher import OpenAITeacher
 from raypipe.critic.teachers import LabelRequest, make_critic_teacher
 from raypipe.errors import ConfigError, RaypipeError
+from raypipe.jobs.label import run_label
 from raypipe.prompts import Aspect, CriticExample
 from raypipe.settings.teachers import TeacherConfig
 

@@ -166,10 +166,10 @@ def _rows_at_80_columns(title: str, stats: dict) -> dict[str, int]:
 
 
 def test_the_demos_label_table_gives_each_aspect_its_split_and_balance_in_two_lines(monkeypatch):
-    import raypipe.critic.dataset
+    import raypipe.jobs.label
     from raypipe.demo import _label
 
-    monkeypatch.setattr(raypipe.critic.dataset, "run_label", lambda cfg: json.loads(json.dumps(LABEL_STATS)))
+    monkeypatch.setattr(raypipe.jobs.label, "run_label", lambda cfg: json.loads(json.dumps(LABEL_STATS)))
     stats = _label(None)
     assert stats["aspects"]["is_rel"] == {"train": 450, "dev": 50, "failed": 0,
                                           "labels": {"[Relevant]": 167, "[Irrelevant]": 333}}

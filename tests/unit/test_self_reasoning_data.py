@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from raypipe.eval.citations import CriticChecker, SupportQuery, WorldChecker, citation_scores
+from raypipe.jobs.trajectories import run_trajectories
 from raypipe.prompts import Aspect
 from raypipe.retrieval.types import Passage
 from raypipe.settings.teachers import QualityConfig, TeacherConfig, TrajectoryConfig
@@ -20,7 +21,6 @@ from raypipe.trajectories.dataset import (
     funnel,
     judge_reply,
     kept_rows,
-    run_trajectories,
     sample_questions,
     training_row,
 )
