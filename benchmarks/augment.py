@@ -111,6 +111,7 @@ def sequential_loop(instances_dir: Path, cfg, limit: int, threads: int | None = 
     from raypipe.augment.pipeline import algorithm_steps, load_models
     from raypipe.augment.row_sampling import apply_sampling
     from raypipe.augment.state import InstanceState
+    from raypipe.jobs.augment import augment_sections
 
     table = pq.read_table(instances_dir).slice(0, limit)
     batch = {c: np.array(table[c].to_pylist(), dtype=object) for c in table.column_names}
@@ -119,7 +120,7 @@ def sequential_loop(instances_dir: Path, cfg, limit: int, threads: int | None = 
     torch.set_num_threads(threads or default_threads)
     try:
         with timer() as t:
-            models = load_models({kind for kind, _ in steps}, cfg)
+            models = load_models({kind for kind, _ in steps}, augment_sections(cfg))
             for kind, step in steps:
                 batch = step(batch, **{kind: models[kind]})
             for i, raw in enumerate(batch["state"]):
@@ -146,9 +147,9 @@ def main() -> None:
 
     import ray
 
-    from raypipe.augment.pipeline import run_augment
     from raypipe.config import load_config
     from raypipe.data.world import synthesize
+    from raypipe.jobs.augment import run_augment
     from raypipe.jobs.index import run_build_index
     from raypipe.models import build_tiny_model, world_texts
     from raypipe.runtime import ensure_ray

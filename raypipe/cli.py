@@ -140,7 +140,7 @@ COMMANDS: dict[str, Command] = {
          Shortcut("--questions", "crag.train.questions", "N", "training-side questions drawn", int)),
     ),
     "augment": Command(
-        "raypipe.augment.pipeline:run_augment",
+        "raypipe.jobs.augment:run_augment",
         "Self-RAG Algorithm 3 over the corpus: critic + retriever label reflection tokens -> D_gen",
         (Shortcut("--instances", "augment.instances", "PATH", "instance shards (parquet file or folder)"),
          Shortcut("--out", "augment.out_dir", "PATH", _OUT)),

@@ -83,7 +83,7 @@ def _label(cfg: RaypipeConfig) -> dict[str, Any]:
 def _augment(cfg: RaypipeConfig) -> dict[str, Any]:
     """`raypipe augment`, its collapse check in two short rows: which reflection groups collapsed, and
     each aspect's agreement between D_gen's labels and the teacher's on the relabelled sample."""
-    from raypipe.augment.pipeline import run_augment
+    from raypipe.jobs.augment import run_augment
 
     stats = run_augment(cfg)
     check = stats.get("collapse_check")

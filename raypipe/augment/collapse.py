@@ -34,12 +34,12 @@ import pyarrow.parquet as pq
 from raypipe import tokens as T
 from raypipe.augment.stages import rendered_decisions
 from raypipe.augment.state import InstanceState
-from raypipe.config import RaypipeConfig
 from raypipe.critic.teachers import LabelRequest, Teacher, make_critic_teacher
 from raypipe.data.stable_random import stable_uniforms
 from raypipe.errors import DataError, RaypipeError
 from raypipe.prompts import ASPECT_LABELS, Aspect, CriticExample
 from raypipe.settings.augment import CollapseCheckConfig
+from raypipe.settings.teachers import TeacherConfig
 
 logger = logging.getLogger(__name__)
 
@@ -305,23 +305,23 @@ def instance_metas(files: list[str]) -> MetaLoader:
     return load
 
 
-def sample_size(cfg: RaypipeConfig) -> int:
-    """`augment.collapse_check.sample_rows`, or its default for the configured teacher."""
-    rows = cfg.augment.collapse_check.sample_rows
-    if rows is not None:
-        return rows
-    return ORACLE_SAMPLE_ROWS if cfg.label.teacher.kind == "oracle" else 0
+def sample_size(check: CollapseCheckConfig, teacher: TeacherConfig) -> int:
+    """`check.sample_rows`, or its default for `teacher`."""
+    if check.sample_rows is not None:
+        return check.sample_rows
+    return ORACLE_SAMPLE_ROWS if teacher.kind == "oracle" else 0
 
 
-def run_collapse_check(cfg: RaypipeConfig, out_dir: Path, instance_files: list[str]) -> dict[str, Any]:
-    """The report over the finished shards of `out_dir`; an OpenAI teacher keeps its label cache in
-    `out_dir/collapse_check/` (a rerun asks nothing twice)."""
-    n = sample_size(cfg)
-    teacher = make_critic_teacher(cfg.label.teacher, out_dir / "collapse_check") if n else None
+def run_collapse_check(check: CollapseCheckConfig, teacher_cfg: TeacherConfig, out_dir: Path,
+                       instance_files: list[str]) -> dict[str, Any]:
+    """The report over the finished shards of `out_dir`, `teacher_cfg` relabelling a sample; an OpenAI
+    teacher keeps its label cache in `out_dir/collapse_check/` (a rerun asks nothing twice)."""
+    n = sample_size(check, teacher_cfg)
+    teacher = make_critic_teacher(teacher_cfg, out_dir / "collapse_check") if n else None
     try:
-        report = collapse_report(read_dgen(out_dir / "data"), cfg.augment.collapse_check, n, teacher,
-                                 instance_metas(instance_files), needs_meta=cfg.label.teacher.kind == "oracle")
+        report = collapse_report(read_dgen(out_dir / "data"), check, n, teacher,
+                                 instance_metas(instance_files), needs_meta=teacher_cfg.kind == "oracle")
     finally:
         if teacher is not None:
             teacher.close()
-    return {"teacher": cfg.label.teacher.kind if teacher is not None else None, **report}
+    return {"teacher": teacher_cfg.kind if teacher is not None else None, **report}

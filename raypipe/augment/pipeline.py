@@ -1,4 +1,4 @@
-"""`raypipe augment`: Algorithm 3 as one streaming Ray Data pipeline over the instance shards.
+"""`raypipe augment` (raypipe.jobs.augment): Algorithm 3 as one streaming Ray Data pipeline over the instance shards.
 
 Shape of the job:
 
@@ -28,6 +28,7 @@ import logging
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,14 +42,16 @@ from raypipe.augment.collapse import announce, run_collapse_check
 from raypipe.augment.row_sampling import apply_sampling
 from raypipe.augment.stages import REJECT, REJECT_DETAIL, REJECT_FIELD
 from raypipe.augment.state import InstanceState
-from raypipe.config import RaypipeConfig
 from raypipe.data.io import list_data_files, validate_batch, write_jsonl, write_parquet
 from raypipe.data.schemas import INSTANCE_SCHEMA
 from raypipe.errors import ConfigError, DataError
 from raypipe.heap import release_freed_memory
 from raypipe.logs import ProgressLog
 from raypipe.settings.augment import AugmentConfig
-from raypipe.settings.data import LimitsConfig
+from raypipe.settings.cluster import RayConfig
+from raypipe.settings.data import LimitsConfig, SegmentationConfig
+from raypipe.settings.retrieval import RetrievalConfig
+from raypipe.settings.teachers import TeacherConfig
 
 logger = logging.getLogger(__name__)
 
@@ -147,33 +150,45 @@ def algorithm_steps(a: AugmentConfig, top_k: int, limits: LimitsConfig | None = 
     ]
 
 
-def load_models(kinds: set[str], cfg: RaypipeConfig) -> dict[str, Any]:
+@dataclass(frozen=True)
+class AugmentSections:
+    """The config sections augmentation reads: its own, the index it searches (and K), the sentence
+    splitter, the row limits, and the teacher its collapse check asks (`label.teacher`)."""
+
+    augment: AugmentConfig
+    retrieval: RetrievalConfig
+    segmentation: SegmentationConfig
+    limits: LimitsConfig
+    teacher: TeacherConfig
+
+
+def load_models(kinds: set[str], s: AugmentSections) -> dict[str, Any]:
     """The models `kinds` names: the critic (an LM critic on `augment.critic_engine`), the retriever (faiss index and
     encoder) and the sentence splitter (spaCy)."""
     models: dict[str, Any] = {}
     if "critic" in kinds:
         from raypipe.critic.predict import make_predictor
 
-        models["critic"] = make_predictor(cfg.augment.critic, batch_size=cfg.augment.critic_batch_size,
-                                           precision=cfg.augment.critic_precision,
-                                           engine_kind=cfg.augment.critic_engine)
+        models["critic"] = make_predictor(s.augment.critic, batch_size=s.augment.critic_batch_size,
+                                           precision=s.augment.critic_precision,
+                                           engine_kind=s.augment.critic_engine)
     if "retriever" in kinds:
         from raypipe.retrieval.retriever import load_retriever
 
-        models["retriever"] = load_retriever(cfg.retrieval)
+        models["retriever"] = load_retriever(s.retrieval)
     if "split_many" in kinds:
         from raypipe.data.segment import Segmenter
 
-        models["split_many"] = Segmenter(cfg.segmentation).split_many
+        models["split_many"] = Segmenter(s.segmentation).split_many
     return models
 
 
 class StepRunner:
     """Actor: loads the models of its steps once, then runs the steps over each batch in order."""
 
-    def __init__(self, steps: list[Step], cfg: RaypipeConfig):
+    def __init__(self, steps: list[Step], sections: AugmentSections):
         self.steps = steps
-        self.models = load_models({kind for kind, _ in steps}, cfg)
+        self.models = load_models({kind for kind, _ in steps}, sections)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         for kind, fn in self.steps:
@@ -217,22 +232,22 @@ def actor_pool(a: AugmentConfig, kinds: set[str]) -> tuple[int, dict[str, float]
     return size, {"num_cpus": cpus, **memory}
 
 
-def build_dataset(files: list[str], cfg: RaypipeConfig):
+def build_dataset(files: list[str], s: AugmentSections):
     """The lazy Ray Data plan over `files`; nothing runs until it is iterated."""
     import ray.data
     from ray.data import ActorPoolStrategy
 
-    a = cfg.augment
+    a = s.augment
     task = {"batch_format": "numpy", "batch_size": a.batch_size, "num_cpus": a.task_cpus}
     ds = ray.data.read_parquet(files, include_paths=True, num_cpus=a.task_cpus)
     # A parquet shard is read as one block, and an actor works through its block batch after batch
     # before handing anything on: without this split the stages would take turns on a shard instead
     # of overlapping. Streaming repartition cuts blocks to one batch each, keeping the order.
     ds = ds.repartition(target_num_rows_per_block=a.batch_size)
-    ds = ds.map_batches(validate, fn_kwargs={"limits": cfg.limits}, **{**task, "batch_format": "pyarrow"})
-    for group in step_groups(algorithm_steps(a, cfg.retrieval.top_k, cfg.limits), a.layout):
+    ds = ds.map_batches(validate, fn_kwargs={"limits": s.limits}, **{**task, "batch_format": "pyarrow"})
+    for group in step_groups(algorithm_steps(a, s.retrieval.top_k, s.limits), a.layout):
         size, resources = actor_pool(a, {kind for kind, _ in group})
-        ds = ds.map_batches(StepRunner, fn_constructor_kwargs={"steps": group, "cfg": cfg}, batch_format="numpy",
+        ds = ds.map_batches(StepRunner, fn_constructor_kwargs={"steps": group, "sections": s}, batch_format="numpy",
                             batch_size=a.batch_size, compute=ActorPoolStrategy(size=size), **resources)
     ds = ds.map_batches(render, fn_kwargs={"cfg": a}, **task)
     return ds
@@ -375,16 +390,16 @@ def parquet_shards(instances: str) -> list[str]:
     return [str(f) for f in all_files]
 
 
-def output_settings(cfg: RaypipeConfig) -> dict[str, Any]:
+def output_settings(s: AugmentSections) -> dict[str, Any]:
     """The settings that decide what an output row holds (not how fast it is made): the critic and
     index used, K, sampling, segmentation and limits."""
     return {
-        "critic": str(Path(cfg.augment.critic).resolve()),
-        "index": str(Path(cfg.retrieval.index.out_dir).resolve()),
-        "top_k": cfg.retrieval.top_k,
-        "sampling": cfg.augment.sampling.model_dump(),
-        "spacy_model": cfg.segmentation.spacy_model,
-        "limits": cfg.limits.model_dump(),
+        "critic": str(Path(s.augment.critic).resolve()),
+        "index": str(Path(s.retrieval.index.out_dir).resolve()),
+        "top_k": s.retrieval.top_k,
+        "sampling": s.augment.sampling.model_dump(),
+        "spacy_model": s.segmentation.spacy_model,
+        "limits": s.limits.model_dump(),
     }
 
 
@@ -413,17 +428,19 @@ def check_settings(out_dir: Path, settings: dict[str, Any], n_done: int) -> None
     path.write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n")
 
 
-def run_augment(cfg: RaypipeConfig) -> dict[str, Any]:
+def augment(s: AugmentSections, ray_cfg: RayConfig, progress_every_s: float) -> dict[str, Any]:
+    """Run Algorithm 3 over `augment.instances` into `augment.out_dir` on the Ray instance `ray_cfg`
+    names, resuming at the first unfinished shard; progress every `progress_every_s` seconds."""
     import ray
 
     from raypipe.runtime import ensure_ray
 
-    a = cfg.augment
+    a = s.augment
     out_dir = Path(a.out_dir)
     data_dir = out_dir / "data"
     files = parquet_shards(a.instances)
     done = {f.name.removesuffix(".parquet") for f in data_dir.glob("*.parquet")}
-    check_settings(out_dir, output_settings(cfg), len(done))
+    check_settings(out_dir, output_settings(s), len(done))
     todo = [f for f in files if Path(f).name.removesuffix(".parquet") not in done]
     seen_ids: set[str] = set()
     for f in sorted(data_dir.glob("*.parquet")):
@@ -434,13 +451,13 @@ def run_augment(cfg: RaypipeConfig) -> dict[str, Any]:
     n_in = 0
     ray_stats = ""
     if todo:
-        ensure_ray(cfg.ray)
+        ensure_ray(ray_cfg)
         ctx = ray.data.DataContext.get_current()
         ctx.execution_options.preserve_order = True
         expected = {f: pq.ParquetFile(f).metadata.num_rows for f in todo}
         writer = ShardWriter(out_dir, expected, seen_ids)
-        ds = build_dataset(todo, cfg)
-        progress = ProgressLog("augment", sum(expected.values()), every_s=cfg.progress_every_s)
+        ds = build_dataset(todo, s)
+        progress = ProgressLog("augment", sum(expected.values()), every_s=progress_every_s)
         for batch in ds.iter_batches(batch_format="pandas", batch_size=a.batch_size):
             rows = batch.to_dict(orient="records")
             n_in += len(rows)
@@ -458,11 +475,11 @@ def run_augment(cfg: RaypipeConfig) -> dict[str, Any]:
         "instances_per_s": round(n_in / wall, 2) if n_in and wall else 0.0,
         **_shard_stats(out_dir),
     }
-    stats["collapse_check"] = run_collapse_check(cfg, out_dir, files)
+    stats["collapse_check"] = run_collapse_check(a.collapse_check, s.teacher, out_dir, files)
     (out_dir / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
     if ray_stats:
         (out_dir / "ray_data_stats.txt").write_text(ray_stats)
     (out_dir / "_SUCCESS").unlink(missing_ok=True)  # a collapse that fails the job leaves none behind
-    announce(stats["collapse_check"], a.collapse_check, cfg.label.teacher.kind)
+    announce(stats["collapse_check"], a.collapse_check, s.teacher.kind)
     (out_dir / "_SUCCESS").touch()
     return stats

@@ -2,6 +2,6 @@
 each component its own section. `raypipe <command>` (raypipe.cli) and the `ray job submit` scripts
 (`jobs/*.py`) call these; the components below take sections, never the composed config.
 
-Jobs move here one by one (ARCHITECTURE.md §2): synth, models, index, label, train, the CRAG
-evaluator and the Self-Reasoning data are here; augment, eval, serve and the demo are next.
+Jobs move here one by one (ARCHITECTURE.md §2): synth, models, index, label, train, augment, the
+CRAG evaluator and the Self-Reasoning data are here; eval and serve are next.
 """

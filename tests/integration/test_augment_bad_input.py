@@ -13,6 +13,7 @@ import pytest
 
 from raypipe.augment import pipeline
 from raypipe.config import load_config
+from raypipe.jobs.augment import run_augment
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +42,7 @@ def test_corrupted_rows_go_to_rejects_and_the_job_goes_on(bad_shards, tmp_path, 
     out = tmp_path / "gen"
     cfg = load_config(None, [f"augment.instances={bad_shards}", f"augment.out_dir={out}", "augment.batch_size=4",
                              "augment.sampling.drop_no_retrieval=0", "limits.max_output_chars=1000"])
-    stats = pipeline.run_augment(cfg)
+    stats = run_augment(cfg)
 
     rejects = [json.loads(x) for x in (out / "rejects" / "part-a.rejects.jsonl").read_text().split("\n") if x]
     source = str(bad_shards / "part-a.parquet")
@@ -62,5 +63,5 @@ def test_a_jsonl_shard_in_the_input_folder_stops_the_job_before_any_work(bad_sha
     (bad_shards / "extra.jsonl").write_text(json.dumps({"id": "j1", "instruction": "q", "output": "a"}) + "\n")
     cfg = load_config(None, [f"augment.instances={bad_shards}", f"augment.out_dir={tmp_path / 'gen'}"])
     with pytest.raises(pipeline.DataError, match=r"parquet shards only.*extra\.jsonl"):
-        pipeline.run_augment(cfg)
+        run_augment(cfg)
     assert not (tmp_path / "gen" / "data").exists()

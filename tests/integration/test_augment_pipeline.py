@@ -18,6 +18,7 @@ import pytest
 from raypipe import tokens as T
 from raypipe.augment import pipeline
 from raypipe.config import load_config
+from raypipe.jobs.augment import run_augment
 
 pytestmark = pytest.mark.slow
 
@@ -66,7 +67,7 @@ def test_augment_writes_valid_shards_rejects_and_resumes(small_inputs, index_dir
     out = tmp_path / "gen"
     cfg = _cfg(small_inputs, index_dir, tiny_model_dir, world_dir, out)
     caplog.set_level(logging.INFO, logger="raypipe.progress")
-    stats = pipeline.run_augment(cfg)
+    stats = run_augment(cfg)
     # stderr is not a terminal here: the pass says how far it is, up to its last row
     assert [r.getMessage().split(",")[0] for r in caplog.records if r.name == "raypipe.progress"][-1] == \
         "augment: 32 of 32 (100%)"
@@ -100,7 +101,7 @@ def test_augment_writes_valid_shards_rejects_and_resumes(small_inputs, index_dir
 
     # a rerun skips every finished shard and changes nothing
     first = _read(out)
-    again = pipeline.run_augment(cfg)
+    again = run_augment(cfg)
     assert again["shards_skipped"] == 3 and again["instances_processed"] == 0
     assert _read(out) == first
 
@@ -119,10 +120,10 @@ def test_augment_writes_valid_shards_rejects_and_resumes(small_inputs, index_dir
 
     monkeypatch.setattr(pipeline.ShardWriter, "flush", crash_after_first)
     with pytest.raises(RuntimeError, match="injected crash"):
-        pipeline.run_augment(cfg2)
+        run_augment(cfg2)
     assert len(list((out2 / "data").glob("*.parquet"))) == 1
     monkeypatch.setattr(pipeline.ShardWriter, "flush", real_flush)
     cfg2.augment.layout = "staged"
-    resumed = pipeline.run_augment(cfg2)
+    resumed = run_augment(cfg2)
     assert resumed["shards_skipped"] == 1 and resumed["shards_written"] == 2
     assert _read(out2) == first

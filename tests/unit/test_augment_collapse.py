@@ -146,12 +146,13 @@ def test_the_job_reads_the_shards_and_the_instances_meta(tmp_path):
     instances = [{"id": r.id, "meta": json.dumps(r.meta)} for r in rows]
     write_parquet(pa.Table.from_pylist(instances), tmp_path / "instances.parquet")
     cfg = RaypipeConfig.model_validate({"label": {"teacher": {"error_rate": 0.0}}})
-    report = run_collapse_check(cfg, tmp_path / "gen", [str(tmp_path / "instances.parquet")])
+    check, teacher = cfg.augment.collapse_check, cfg.label.teacher
+    report = run_collapse_check(check, teacher, tmp_path / "gen", [str(tmp_path / "instances.parquet")])
     assert report["teacher"] == "oracle" and report["rows"] == 2 * N and report["sample_rows"] == 2 * N
     assert report["collapsed"] == ["is_rel", "is_sup", "is_use"]
     # rows whose instance has no ground truth cannot be judged by the oracle: left out and counted
     write_parquet(pa.Table.from_pylist([{**x, "meta": "{}"} if x["id"].startswith("n") else x for x in instances]),
                   tmp_path / "instances.parquet")
-    report = run_collapse_check(cfg, tmp_path / "gen", [str(tmp_path / "instances.parquet")])
+    report = run_collapse_check(check, teacher, tmp_path / "gen", [str(tmp_path / "instances.parquet")])
     assert report["sample_rows"] == N and report["skipped"] == {"no_ground_truth": N}
     assert report["aspects"]["retrieve_input"]["teacher"][T.RETRIEVAL] == 1.0

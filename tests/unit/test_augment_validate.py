@@ -16,6 +16,7 @@ from raypipe.augment.state import InstanceState
 from raypipe.config import RaypipeConfig
 from raypipe.data.segment import Segmenter
 from raypipe.errors import ConfigError, DataError
+from raypipe.jobs.augment import augment_sections
 from raypipe.settings.data import LimitsConfig, SegmentationConfig
 
 
@@ -107,14 +108,14 @@ def test_resuming_a_folder_made_with_other_settings_is_refused(tmp_path):
     demo = RaypipeConfig.model_validate({"retrieval": {"top_k": 3},
                                          "augment": {"sampling": {"upsample_irrelevant_qa": 0.5}}})
     defaults = RaypipeConfig()
-    pipeline.check_settings(tmp_path, pipeline.output_settings(demo), n_done=0)
+    pipeline.check_settings(tmp_path, pipeline.output_settings(augment_sections(demo)), n_done=0)
     recorded = json.loads((tmp_path / pipeline.SETTINGS_FILE).read_text())
     assert recorded["top_k"] == 3
 
-    pipeline.check_settings(tmp_path, pipeline.output_settings(demo), n_done=2)  # same settings: resumes
+    pipeline.check_settings(tmp_path, pipeline.output_settings(augment_sections(demo)), n_done=2)  # same settings: resumes
     with pytest.raises(ConfigError, match=r"2 finished shard.*top_k: 3 there, 5 now") as info:
-        pipeline.check_settings(tmp_path, pipeline.output_settings(defaults), n_done=2)
+        pipeline.check_settings(tmp_path, pipeline.output_settings(augment_sections(defaults)), n_done=2)
     assert "sampling" in str(info.value)
     # an empty folder takes the new settings
-    pipeline.check_settings(tmp_path, pipeline.output_settings(defaults), n_done=0)
+    pipeline.check_settings(tmp_path, pipeline.output_settings(augment_sections(defaults)), n_done=0)
     assert json.loads((tmp_path / pipeline.SETTINGS_FILE).read_text())["top_k"] == 5

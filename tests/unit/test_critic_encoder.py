@@ -136,10 +136,11 @@ def test_bf16_weights_keep_the_distributions_close_to_fp32(critic_dir):
 
 def test_augmentation_loads_the_critic_in_augment_critic_precision(critic_dir):
     from raypipe.augment.pipeline import load_models
+    from raypipe.jobs.augment import augment_sections
 
     for precision, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
         cfg = RaypipeConfig.model_validate({"augment": {"critic": str(critic_dir), "critic_precision": precision}})
-        assert next(load_models({"critic"}, cfg)["critic"].model.parameters()).dtype == dtype
+        assert next(load_models({"critic"}, augment_sections(cfg))["critic"].model.parameters()).dtype == dtype
 
 
 def test_the_folder_keeps_its_layers_and_make_predictor_picks_its_kind(critic_dir):

@@ -179,13 +179,13 @@ def test_the_demos_label_table_gives_each_aspect_its_split_and_balance_in_two_li
 
 
 def test_the_demos_augmentation_table_names_a_collapsed_aspect_and_each_agreement(monkeypatch):
-    import raypipe.augment.pipeline
+    import raypipe.jobs.augment
     from raypipe.demo import _augment
 
     check = {"teacher": "oracle", "collapsed": ["is_use"], "rows": 2363, "sample_rows": 200, "max_share": 0.95,
              "aspects": {"is_rel": {"agreement": 0.8018, "collapsed": False},
                          "is_use": {"agreement": 0.61, "collapsed": True}}}
-    monkeypatch.setattr(raypipe.augment.pipeline, "run_augment", lambda cfg: {"rows_written": 5, "collapse_check": check})
+    monkeypatch.setattr(raypipe.jobs.augment, "run_augment", lambda cfg: {"rows_written": 5, "collapse_check": check})
     stats = _augment(None)
     assert stats["collapse_check"] == "collapsed: is_use (oracle teacher, 200 rows relabelled)"
     assert stats["D_gen vs teacher"] == "is_rel 80%, is_use 61%"

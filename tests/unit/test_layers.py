@@ -106,9 +106,9 @@ def test_the_order_check_sees_a_planted_back_import():
                                       "critic is above training in LAYER_4_ORDER"]
 
 
-#: layer-4 packages whose jobs moved to raypipe.jobs: they take sections, as layers 0-3 do (augment,
-#: eval and serving still take the whole config, until their jobs move too)
-TAKE_SECTIONS = {"training", "critic", "evaluator_training", "trajectories"}
+#: layer-4 packages whose jobs moved to raypipe.jobs: they take sections, as layers 0-3 do (eval and
+#: serving still take the whole config, until their jobs move too)
+TAKE_SECTIONS = {"training", "critic", "augment", "evaluator_training", "trajectories"}
 
 
 def test_below_the_jobs_only_sections_are_taken():
