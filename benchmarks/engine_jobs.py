@@ -38,7 +38,7 @@ def eval_on(setting: Setting, config: Path, run_dir: Path, out_dir: Path) -> dic
     import ray
 
     from raypipe.config import load_config
-    from raypipe.eval.runner import run_eval
+    from raypipe.jobs.eval import run_eval
 
     cfg = load_config(config, [f"run_dir={run_dir}", f"engine.kind={setting.kind}",
                                f"engine.precision={setting.precision}", f"eval.out_dir={out_dir}"])

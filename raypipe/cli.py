@@ -146,7 +146,7 @@ COMMANDS: dict[str, Command] = {
          Shortcut("--out", "augment.out_dir", "PATH", _OUT)),
     ),
     "eval": Command(
-        "raypipe.eval.runner:run_eval",
+        "raypipe.jobs.eval:run_eval",
         "evaluate decoding methods and their variants as a Ray Data batch job -> metrics, plots",
         (Shortcut("--generator", "eval.generator", "PATH", "generator model folder"),
          Shortcut("--methods", "eval.methods", "METHODS", "methods evaluated, comma-separated, e.g. selfrag,rag",

@@ -64,7 +64,7 @@ EVAL_SHOWN_ELSEWHERE = ("accuracy", "retrieval_frequency", "CRAG's corrective st
 
 def _evaluate(cfg: RaypipeConfig) -> dict[str, Any]:
     """`raypipe eval`, without the stats the demo shows in other places."""
-    from raypipe.eval.runner import run_eval
+    from raypipe.jobs.eval import run_eval
 
     return {k: v for k, v in run_eval(cfg).items() if k not in EVAL_SHOWN_ELSEWHERE}
 

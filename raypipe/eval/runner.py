@@ -1,4 +1,4 @@
-"""`raypipe eval`: the evaluated methods (`eval.methods`, each with its sweeps) as a Ray Data batch
+"""`raypipe eval` (raypipe.jobs.eval): the evaluated methods (`eval.methods`, each with its sweeps) as a Ray Data batch
 job over eval sets, then metrics and plots.
 
 Outputs in `eval.out_dir`:
@@ -38,10 +38,11 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from raypipe.config import RaypipeConfig
+from raypipe.config import EvalConfig, MethodsConfig
 from raypipe.data.io import write_jsonl
 from raypipe.errors import ConfigError, DataError, ModelError
 from raypipe.eval.comparisons import stated_comparisons
@@ -60,6 +61,12 @@ from raypipe.methods import get_method
 from raypipe.methods.base import Variant
 from raypipe.provenance import provenance
 from raypipe.runtime import ensure_ray
+from raypipe.settings.cluster import RayConfig
+from raypipe.settings.crag_tools import EvaluatorConfig
+from raypipe.settings.data import SegmentationConfig
+from raypipe.settings.models import EngineConfig
+from raypipe.settings.retrieval import RetrievalConfig
+from raypipe.settings.teachers import QualityConfig
 from raypipe.tools import ToolSources
 
 logger = logging.getLogger(__name__)
@@ -74,7 +81,25 @@ RESULTS_TABLE = "results.md"
 Split = Callable[[str], list[str]]
 
 
-def eval_variants(cfg: RaypipeConfig) -> list[Variant]:
+@dataclass(frozen=True)
+class EvalSections:
+    """The config sections eval reads: its own, every method's settings, the index, the engine, the
+    two tool models' sources (the instruct LM's folder, CRAG's evaluator), the citation checker of
+    Self-Reasoning's quality control, the sentence splitter, and the Ray instance and progress cadence."""
+
+    eval: EvalConfig
+    methods: MethodsConfig
+    retrieval: RetrievalConfig
+    engine: EngineConfig
+    instruct_lm: str
+    evaluator: EvaluatorConfig
+    qc: QualityConfig
+    segmentation: SegmentationConfig
+    ray: RayConfig
+    progress_every_s: float
+
+
+def eval_variants(cfg: EvalSections) -> list[Variant]:
     """Each evaluated method's variants (its settings under its own sweeps), method by method."""
     variants: dict[str, Variant] = {}
     for name in cfg.eval.methods:
@@ -97,12 +122,12 @@ def _weights(folder: str | Path) -> list[Any] | str:
     return [_stamp(w) for w in weights] or str(folder.resolve())
 
 
-def generator_for(cfg: RaypipeConfig, method: str) -> str:
+def generator_for(cfg: EvalSections, method: str) -> str:
     """The generator folder `method`'s `engine` tool loads: its own (`eval.generators`) or `eval.generator`."""
     return cfg.eval.generators.get(method, cfg.eval.generator)
 
 
-def variants_by_generator(cfg: RaypipeConfig, variants: list[Variant]) -> dict[str, list[Variant]]:
+def variants_by_generator(cfg: EvalSections, variants: list[Variant]) -> dict[str, list[Variant]]:
     """The variants grouped by the generator folder their method loads, in order: one decoding pass
     each, since an actor holds one generator."""
     groups: dict[str, list[Variant]] = defaultdict(list)
@@ -111,7 +136,7 @@ def variants_by_generator(cfg: RaypipeConfig, variants: list[Variant]) -> dict[s
     return dict(groups)
 
 
-def _tool_models(cfg: RaypipeConfig, method: str) -> dict[str, Any]:
+def _tool_models(cfg: EvalSections, method: str) -> dict[str, Any]:
     """The model folders (and settings) behind the tools `method` may use: retraining any of them
     makes a variant's predictions stale."""
     tools = get_method(method).tool_names
@@ -121,11 +146,11 @@ def _tool_models(cfg: RaypipeConfig, method: str) -> dict[str, Any]:
     if "lm" in tools:
         models["lm"] = _weights(cfg.instruct_lm)
     if "evaluator" in tools:
-        models["evaluator"] = [_weights(cfg.crag.evaluator.path), cfg.crag.evaluator.model_dump(mode="json")]
+        models["evaluator"] = [_weights(cfg.evaluator.path), cfg.evaluator.model_dump(mode="json")]
     return models
 
 
-def _engine_stamp(cfg: RaypipeConfig) -> list[str]:
+def _engine_stamp(cfg: EvalSections) -> list[str]:
     """The engine and weights' dtype the generator will decode on, as resolved here: the engines agree
     in fp32 but not to the bit, and bf16 differs from fp32, so predictions of one are not the other's."""
     from raypipe.inference.engines import engine_kind
@@ -134,7 +159,7 @@ def _engine_stamp(cfg: RaypipeConfig) -> list[str]:
     return [engine_kind(cfg.engine.kind), str(decoding_dtype(cfg.engine.precision, pick_device()))]
 
 
-def _fingerprint(cfg: RaypipeConfig, variant: Variant, injected_retriever: bool, removal: float | None,
+def _fingerprint(cfg: EvalSections, variant: Variant, injected_retriever: bool, removal: float | None,
                  items: list[EvalItem]) -> str:
     """What a variant's predictions depend on. The items are named by (set, id) rather than by
     `eval.limit`, whose meaning (which rows a limit keeps) is the reader's and may change."""
@@ -159,7 +184,7 @@ def _fingerprint(cfg: RaypipeConfig, variant: Variant, injected_retriever: bool,
 DecodeRows = Callable[[list[EvalItem]], Iterable[dict[str, Any]]]
 
 
-def _predict(cfg: RaypipeConfig, items: list[EvalItem], variants: list[Variant], searcher_factory: SearcherFactory | None,
+def _predict(cfg: EvalSections, items: list[EvalItem], variants: list[Variant], searcher_factory: SearcherFactory | None,
              removal: dict[str, float], predictions_dir: Path,
              prints: dict[str, str]) -> Iterator[dict[str, list[tuple[EvalItem, dict[str, Any]]]]]:
     """Decode every item under every variant on an actor pool, one pass per generator (methods with
@@ -178,7 +203,7 @@ def _predict(cfg: RaypipeConfig, items: list[EvalItem], variants: list[Variant],
             return dataset.map_batches(
                 EvalPredictor,
                 fn_constructor_kwargs={
-                    "sources": ToolSources(generator, cfg.engine, cfg.retrieval, cfg.instruct_lm, cfg.crag.evaluator),
+                    "sources": ToolSources(generator, cfg.engine, cfg.retrieval, cfg.instruct_lm, cfg.evaluator),
                     "variants": group,
                     "searcher_factory": searcher_factory,
                     "index": any(item.passages is None for item in items),
@@ -269,7 +294,7 @@ def _sweep(per_set: dict[str, Any], variants: list[Variant], sweep: str, key: st
             for name, by_variant in per_set.items()}
 
 
-def _citation_sets(cfg: RaypipeConfig, items: list[EvalItem]) -> dict[str, str]:
+def _citation_sets(cfg: EvalSections, items: list[EvalItem]) -> dict[str, str]:
     """The long-form sets whose rows carry the world's ground truth (name -> file): Self-Reasoning's
     citation metrics score them. Checked before decoding, since the scores read the cited passages'
     texts from the passages table."""
@@ -283,7 +308,7 @@ def _citation_sets(cfg: RaypipeConfig, items: list[EvalItem]) -> dict[str, str]:
     return sets
 
 
-def _longform_citations(cfg: RaypipeConfig, predictions_dir: Path, variants: list[Variant],
+def _longform_citations(cfg: EvalSections, predictions_dir: Path, variants: list[Variant],
                         sets: dict[str, str]) -> dict[str, dict[str, Any]]:
     """set -> variant -> EM recall, citation recall and precision (Self-Reasoning's long-form metrics)."""
     if not sets:
@@ -291,14 +316,14 @@ def _longform_citations(cfg: RaypipeConfig, predictions_dir: Path, variants: lis
     from raypipe.eval.citations import make_checker
     from raypipe.eval.longform import longform_metrics
 
-    checker = make_checker(cfg.trajectories.qc)
+    checker = make_checker(cfg.qc)
     return {name: {v.name: longform_metrics(predictions_dir / f"{v.name}.jsonl", path, cfg.retrieval.index.passages,
                                             checker, set_name=name)
                    for v in variants}
             for name, path in sets.items()}
 
 
-def method_rows(cfg: RaypipeConfig, variants: list[Variant]) -> dict[str, dict[str, Any]]:
+def method_rows(cfg: EvalSections, variants: list[Variant]) -> dict[str, dict[str, Any]]:
     """Per evaluated method: its own variant (the one decoded with `methods.<name>` as configured),
     the model folder it answered with, and its `generator` setting (which paper row stands beside it)."""
     rows = {}
@@ -314,7 +339,7 @@ def method_rows(cfg: RaypipeConfig, variants: list[Variant]) -> dict[str, dict[s
     return rows
 
 
-def _run_record(cfg: RaypipeConfig) -> dict[str, Any]:
+def _run_record(cfg: EvalSections) -> dict[str, Any]:
     """When, where and how this eval ran, and with which retriever: the header of results.md, and the
     provenance (commit, date, CPU kind, cores) of README's figures drawn from metrics.json."""
     encoder = cfg.retrieval.encoder
@@ -328,7 +353,7 @@ def _pair(recall: float | None, precision: float | None) -> str:
     return " / ".join("-" if x is None else f"{x:.2f}" for x in (recall, precision))
 
 
-def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None) -> dict[str, Any]:
+def evaluate(cfg: EvalSections, searcher_factory: SearcherFactory | None = None) -> dict[str, Any]:
     """Evaluate `cfg.eval.methods` with `cfg.eval.generator` on `cfg.eval.eval_sets`, every variant.
 
     `searcher_factory` replaces the configured dense retriever (built from `cfg.retrieval` in each
@@ -344,7 +369,7 @@ def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None
     if "evaluator" in tools_used(eval_variants(cfg)):
         from raypipe.retrieval.cross_encoder import require_evaluator
 
-        require_evaluator(cfg.crag.evaluator.path)
+        require_evaluator(cfg.evaluator.path)
     items, reports = read_eval_sets(cfg.eval.eval_sets, out / "rejects", cfg.eval.limit, cfg.eval.passages)
     if not items:
         raise DataError("no valid eval rows in any eval set", file=", ".join(cfg.eval.eval_sets))

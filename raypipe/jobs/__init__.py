@@ -3,5 +3,5 @@ each component its own section. `raypipe <command>` (raypipe.cli) and the `ray j
 (`jobs/*.py`) call these; the components below take sections, never the composed config.
 
 Jobs move here one by one (ARCHITECTURE.md §2): synth, models, index, label, train, augment, the
-CRAG evaluator and the Self-Reasoning data are here; eval and serve are next.
+CRAG evaluator, the Self-Reasoning data and eval are here; serve is next.
 """

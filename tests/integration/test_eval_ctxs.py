@@ -9,7 +9,7 @@ import json
 import pytest
 
 from raypipe.config import RaypipeConfig
-from raypipe.eval.runner import run_eval
+from raypipe.jobs.eval import run_eval
 from tests.keyword_searcher import KeywordSearcher
 
 pytestmark = pytest.mark.slow

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from raypipe.config import RaypipeConfig
-from raypipe.eval.runner import run_eval
+from raypipe.jobs.eval import run_eval
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from raypipe.config import RaypipeConfig
 from raypipe.eval.report import accuracy_table
-from raypipe.eval.runner import run_eval
+from raypipe.jobs.eval import run_eval
 
 pytestmark = pytest.mark.slow
 

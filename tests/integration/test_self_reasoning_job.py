@@ -74,7 +74,7 @@ def test_a_finished_folder_is_not_redone(data_run):
 
 def test_eval_of_an_untrained_model_answers_every_item(data_run, world_dir, tiny_model_dir, tmp_path):
     from raypipe.eval.longform import longform_metrics
-    from raypipe.eval.runner import run_eval
+    from raypipe.jobs.eval import run_eval
 
     _, data_out, _, factory = data_run
     longform_set = data_out / "eval" / "heldout_longform.jsonl"

@@ -198,7 +198,7 @@ def test_a_job_that_serves_crag_fails_at_its_start_when_the_evaluator_is_missing
         raise AssertionError("Ray was started")
 
     if job == "eval":
-        from raypipe.eval.runner import run_eval
+        from raypipe.jobs.eval import run_eval
 
         monkeypatch.setattr("raypipe.eval.runner.ensure_ray", no_ray)  # the name run_eval calls
         run = run_eval

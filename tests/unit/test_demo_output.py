@@ -195,6 +195,7 @@ def test_the_demos_augmentation_table_names_a_collapsed_aspect_and_each_agreemen
 
 def test_the_demos_eval_table_leaves_out_what_the_closing_tables_and_warnings_show(monkeypatch):
     import raypipe.eval.runner
+    import raypipe.jobs.eval
     from raypipe.demo import EVAL_SHOWN_ELSEWHERE, _evaluate
 
     stats = {"out_dir": "runs/demo/eval", "accuracy": {"adaptive": 0.5}, "retrieval_frequency": {"adaptive": 1.0},
@@ -203,7 +204,7 @@ def test_the_demos_eval_table_leaves_out_what_the_closing_tables_and_warnings_sh
              "critique vs look-alikes": {"adaptive": "IsRel gold > look-alike 135/182 pairs (74%)"}, "seconds": 1.0}
     runner_source = inspect.getsource(raypipe.eval.runner)
     assert all(f'"{name}"' in runner_source for name in EVAL_SHOWN_ELSEWHERE)  # names the runner writes
-    monkeypatch.setattr(raypipe.eval.runner, "run_eval", lambda cfg: stats)
+    monkeypatch.setattr(raypipe.jobs.eval, "run_eval", lambda cfg: stats)
     assert list(_evaluate(None)) == ["out_dir", "critique vs look-alikes", "seconds"]
 
 

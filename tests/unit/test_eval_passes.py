@@ -10,7 +10,7 @@ import pytest
 
 from raypipe.config import load_config
 from raypipe.eval import runner
-from raypipe.eval.runner import run_eval
+from raypipe.jobs.eval import run_eval
 
 QUESTIONS = [{"id": f"heldout_qa-{i:05d}", "question": f"Who wrote book {i}?", "answers": [f"Author {i}"]}
              for i in range(3)]

@@ -7,6 +7,7 @@ from raypipe.config import RetrievalNoiseConfig, load_config
 from raypipe.eval.datasets import read_eval_sets
 from raypipe.eval.predict import load_tools
 from raypipe.eval.runner import _fingerprint, eval_variants
+from raypipe.jobs.eval import eval_sections
 from raypipe.retrieval.types import Passage
 from raypipe.settings.models import EngineConfig
 from raypipe.settings.retrieval import RetrievalConfig
@@ -41,12 +42,12 @@ def test_noisy_predictions_have_their_own_fingerprint_and_clean_ones_keep_theirs
     qa.write_text('{"id": "q1", "question": "Where was Ada born?", "answers": ["Ostrava"]}\n')
     common = ["eval.methods=[rag]", f"eval.eval_sets=[{qa}]"]
     base = load_config(None, common)
-    variant = eval_variants(base)[0]
+    variant = eval_variants(eval_sections(base))[0]
     off = load_config(None, [*common, "eval.retrieval_noise.seed=5"])  # inactive: nothing changes
     noisy = load_config(None, [*common, "eval.retrieval_noise.noise_fraction=0.5"])
     shuffled = load_config(None, [*common, "eval.retrieval_noise.doc_order=shuffled"])
     items, _ = read_eval_sets([str(qa)], tmp_path / "rejects", None, None)
-    prints = [_fingerprint(cfg, variant, False, None, items) for cfg in (base, off, noisy, shuffled)]
+    prints = [_fingerprint(eval_sections(cfg), variant, False, None, items) for cfg in (base, off, noisy, shuffled)]
     assert prints[0] == prints[1]
     assert len(set(prints[1:])) == 3
 
@@ -58,11 +59,11 @@ def test_predictions_are_reused_only_for_the_same_items(tmp_path):
     qa.write_text('{"id": "q1", "question": "Where was Ada born?", "answers": ["Ostrava"]}\n'
                   '{"id": "q2", "question": "Where was Bo born?", "answers": ["Brno"]}\n')
     cfg = load_config(None, ["eval.methods=[rag]", f"eval.eval_sets=[{qa}]"])
-    variant = eval_variants(cfg)[0]
+    variant = eval_variants(eval_sections(cfg))[0]
     both, _ = read_eval_sets([str(qa)], tmp_path / "rejects", None, None)
     first, _ = read_eval_sets([str(qa)], tmp_path / "rejects", 1, None)
     assert [i.id for i in first] == ["q1"]
-    prints = [_fingerprint(cfg, variant, False, None, items) for items in (both, first, first[:])]
+    prints = [_fingerprint(eval_sections(cfg), variant, False, None, items) for items in (both, first, first[:])]
     assert prints[0] != prints[1] and prints[1] == prints[2]
 
 
@@ -74,6 +75,7 @@ def test_predictions_of_another_engine_or_precision_are_not_reused(tmp_path):
         ["engine.kind=hf", "engine.precision=fp32"], ["engine.kind=vllm", "engine.precision=fp32"],
         ["engine.kind=hf", "engine.precision=bf16"], ["engine.kind=hf", "engine.precision=fp32", "engine.batch_size=3"])]
     items, _ = read_eval_sets([str(qa)], tmp_path / "rejects", None, None)
-    prints = [_fingerprint(cfg, eval_variants(cfg)[0], False, None, items) for cfg in configs]
+    prints = [_fingerprint(eval_sections(cfg), eval_variants(eval_sections(cfg))[0], False, None, items)
+              for cfg in configs]
     assert len(set(prints[:3])) == 3
     assert prints[3] == prints[0]  # the HF batch size decides no token

@@ -120,7 +120,7 @@ def test_eval_of_a_citation_set_fails_at_its_start_when_the_passages_table_is_mi
 
     from raypipe.config import load_config
     from raypipe.errors import ConfigError
-    from raypipe.eval.runner import run_eval
+    from raypipe.jobs.eval import run_eval
 
     eval_set, missing = tmp_path / "heldout_longform.jsonl", tmp_path / "no_passages"
     eval_set.write_text(json.dumps(row) + "\n")

@@ -8,7 +8,8 @@ import pytest
 from raypipe.config import load_config
 from raypipe.errors import ModelError
 from raypipe.eval.results_table import results_markdown
-from raypipe.eval.runner import eval_variants, method_rows, run_eval, variants_by_generator
+from raypipe.eval.runner import eval_variants, method_rows, variants_by_generator
+from raypipe.jobs.eval import eval_sections, run_eval
 
 #: our score per method on each set (accuracy %, FactScore % for biographies)
 SCORES = {
@@ -125,11 +126,11 @@ def test_each_set_shows_both_orderings_and_the_pairs_in_the_papers_order():
 def test_one_eval_runs_each_method_on_its_own_generator(tmp_path):
     cfg = load_config(None, ["eval.methods=[selfrag,rag,self_reasoning]",
                              f"eval.generators.self_reasoning={tmp_path / 'sr'}"])
-    variants = eval_variants(cfg)
-    groups = variants_by_generator(cfg, variants)
+    variants = eval_variants(eval_sections(cfg))
+    groups = variants_by_generator(eval_sections(cfg), variants)
     assert {g: sorted({v.method for v in vs}) for g, vs in groups.items()} == {
         cfg.eval.generator: ["rag", "selfrag"], str(tmp_path / "sr"): ["self_reasoning"]}
-    rows = method_rows(cfg, variants)
+    rows = method_rows(eval_sections(cfg), variants)
     assert rows["selfrag"] == {"variant": "adaptive", "model": cfg.eval.generator, "generator": None}
     assert rows["rag"] == {"variant": "rag", "model": cfg.instruct_lm, "generator": "lm"}
     assert rows["self_reasoning"]["model"] == str(tmp_path / "sr")
@@ -159,8 +160,8 @@ def test_a_results_config_runs_every_method_once_on_its_worlds_sets(table, world
     world = load_config(configs / world_config).world
     assert cfg.world == world
     assert sorted(cfg.eval.methods) == sorted(REGISTRY)
-    variants = eval_variants(cfg)
-    assert len(variants) == len(REGISTRY) and set(method_rows(cfg, variants)) == set(REGISTRY)
+    variants = eval_variants(eval_sections(cfg))
+    assert len(variants) == len(REGISTRY) and set(method_rows(eval_sections(cfg), variants)) == set(REGISTRY)
     assert sorted(Path(p).name for p in cfg.eval.eval_sets) == sorted([*HELDOUT_SETS, "heldout_longform.jsonl"])
     assert all(Path(p).parent == Path(world.out_dir) / "eval" for p in cfg.eval.eval_sets)
     # Self-Reasoning answers with the model its own config trains

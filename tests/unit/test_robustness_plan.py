@@ -12,13 +12,14 @@ from raypipe.eval import plots
 from raypipe.eval.plots import plot_robustness
 from raypipe.eval.robustness import plan_removal, robustness_metrics
 from raypipe.eval.runner import HEADLINE_SWEEPS, eval_variants
+from raypipe.jobs.eval import eval_sections
 
 RATES = RobustnessConfig(enabled=True, removal_rates=[0.0, 0.5, 1.0])
 
 
 def _headline(*overrides: str):
     cfg = load_config(None, ["eval.methods=[selfrag, rag, crag]", *overrides])
-    return [v for v in eval_variants(cfg) if v.sweep in HEADLINE_SWEEPS]
+    return [v for v in eval_variants(eval_sections(cfg)) if v.sweep in HEADLINE_SWEEPS]
 
 
 def test_every_method_that_retrieves_gets_a_curve_and_never_is_the_baseline():
