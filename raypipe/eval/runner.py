@@ -1,5 +1,5 @@
-"""`raypipe eval` (raypipe.jobs.eval): the evaluated methods (`eval.methods`, each with its sweeps) as a Ray Data batch
-job over eval sets, then metrics and plots.
+"""`raypipe eval` (raypipe.jobs.eval): the evaluated methods (`eval.methods`, each with its sweeps) as a
+Ray Data batch job over eval sets, then metrics and plots.
 
 Outputs in `eval.out_dir`:
 - predictions/<variant>.jsonl: one row per eval question (item fields, decoded text, option,
