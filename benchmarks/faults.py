@@ -116,6 +116,7 @@ def _serve_fault(model: Path, index: Any) -> dict[str, Any]:
     from ray import serve
 
     from raypipe.config import MethodsConfig, RaypipeConfig, ServeConfig
+    from raypipe.jobs.serve import serve_sections
     from raypipe.methods.selfrag.settings import SelfRAGSettings
     from raypipe.serving.app import start_app
     from raypipe.settings.models import EngineConfig
@@ -131,7 +132,7 @@ def _serve_fault(model: Path, index: Any) -> dict[str, Any]:
                         engine=EngineConfig(kind="hf"), retrieval=index,
                         methods=MethodsConfig(selfrag=SelfRAGSettings(beam_width=2, max_depth=2, max_new_tokens=8)))
     try:
-        url = start_app(cfg)
+        url = start_app(serve_sections(cfg))
         rec = serve_replica_kill(url, {"Authorization": f"Bearer {token}"}, APP, own_processes, clients=4,
                                  timeout_s=60)
         rec["running_replicas_after"] = serve.status().applications[APP].deployments["Generator"].replica_states.get(

@@ -188,9 +188,10 @@ def measure(cfg: RaypipeConfig, plan: Plan) -> dict[str, Any]:
     stats (calls per engine call) are read too; with more, a handle probe reaches only one of them."""
     from ray import serve
 
+    from raypipe.jobs.serve import serve_sections
     from raypipe.serving.app import start_app
 
-    url = start_app(cfg)
+    url = start_app(serve_sections(cfg))
     asyncio.run(closed_loop(url, plan.concurrency, 120.0, plan.warmup_requests, plan.max_tokens))
     generator = serve.get_deployment_handle("Generator", app_name=APP)
     single = cfg.serve.generator_replicas == 1
@@ -210,9 +211,10 @@ def autoscaling_run(cfg: RaypipeConfig, plan: Plan) -> dict[str, Any]:
     those STARTING (the autoscaler has decided on them; a process start takes seconds)."""
     from ray import serve
 
+    from raypipe.jobs.serve import serve_sections
     from raypipe.serving.app import replica_counts, start_app
 
-    url = start_app(cfg)
+    url = start_app(serve_sections(cfg))
     samples: list[dict[str, float]] = []
     phases: list[tuple[str, float]] = []
     start = time.perf_counter()

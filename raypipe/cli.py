@@ -163,7 +163,7 @@ COMMANDS: dict[str, Command] = {
             + "."),
     ),
     "serve": Command(
-        "raypipe.serving.app:run_serve",
+        "raypipe.jobs.serve:run_serve",
         f"serve {', '.join(REGISTRY)} on Ray Serve (HTTP + OpenAI-compatible API) until Ctrl-C",
         (Shortcut("--generator", "serve.generator", "PATH", "generator model folder"),
          Shortcut("--methods", "serve.methods", "METHODS", "methods served, comma-separated, e.g. selfrag,crag; "

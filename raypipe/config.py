@@ -5,8 +5,8 @@ for the paper's settings); each job reads the sections it needs. Defaults live i
 (`raypipe.settings` for the jobs' sections, `raypipe.methods.<name>.settings` for each decoding
 method's), so a YAML file only says what differs; artifact paths derive from `run_dir`
 (`raypipe.settings.paths`). Unknown keys are errors: a typo must never silently fall back to a default.
-It imports every method's settings, so it sits above the methods; a lower layer reads its own section
-(`raypipe.settings.*`) and names the whole config only as a type.
+It imports every method's settings, so it sits above the methods; only the jobs floor (raypipe.jobs),
+the CLI and the demo take the whole config, and hand each component its own sections.
 """
 
 from __future__ import annotations

@@ -229,8 +229,8 @@ def _train_evaluator(cfg: RaypipeConfig) -> dict[str, Any]:
 def stages() -> list[tuple[str, Stage]]:
     from raypipe.jobs.index import run_build_index
     from raypipe.jobs.models import run_build_models
+    from raypipe.jobs.serve import run_serve_demo
     from raypipe.jobs.synth import run_synth
-    from raypipe.serving.demo import run_serve_demo
 
     return [
         ("synthetic world", run_synth),

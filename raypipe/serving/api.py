@@ -28,13 +28,13 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from raypipe.config import RaypipeConfig
 from raypipe.errors import RaypipeError
 from raypipe.methods.base import MethodRequest
 from raypipe.methods.settings import MethodSettings
 from raypipe.serving.auth import BearerAuth
 from raypipe.serving.body_limit import BodyLimit
 from raypipe.serving.schemas import UNKNOWN_METHOD, check_defaults_within_limits, request_models
+from raypipe.serving.sections import ServeSections
 
 logger = logging.getLogger(__name__)
 
@@ -188,7 +188,7 @@ def method_extras(method: str, answer: dict[str, Any], total_ms: float) -> dict[
     }
 
 
-def build_api(cfg: RaypipeConfig, backend: DecodeBackend, auth_digest: str | None) -> FastAPI:
+def build_api(cfg: ServeSections, backend: DecodeBackend, auth_digest: str | None) -> FastAPI:
     """The FastAPI app of one server: `cfg.serve` limits, methods and auth, `cfg.methods` defaults."""
     check_defaults_within_limits(cfg)
     models = request_models(cfg)

@@ -1,10 +1,11 @@
-"""Building, starting and stopping the Serve app; `raypipe serve` (`run_serve`).
+"""Building, starting and stopping the Serve app, from the serve job's sections (raypipe.jobs.serve).
 
 Three ways in, one builder:
 - `raypipe serve --config configs/demo.yaml` (or `ray job submit -- python jobs/serve.py ...`):
-  `run_serve` starts Serve on `serve.host:serve.port`, deploys, and blocks until Ctrl-C (or SIGTERM),
-  then shuts Serve down;
-- `serve run configs/serve.yaml`: Serve imports `app_from_config` with the file's `args`;
+  `serve_until_stopped` starts Serve on `serve.host:serve.port`, deploys, and blocks until Ctrl-C (or
+  SIGTERM), then shuts Serve down;
+- `serve run configs/serve.yaml`: Serve imports `raypipe.jobs.serve:app_from_config` with the file's
+  `args`;
 - `serve deploy configs/serve.yaml` against a running cluster (`ray start --head` or KubeRay's
   RayService): the same file, the app stays up until `serve delete`/`serve shutdown`.
 """
@@ -14,34 +15,22 @@ from __future__ import annotations
 import logging
 import signal
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-
-from raypipe.config import RaypipeConfig, ServeConfig, load_config
-from raypipe.errors import ConfigError
+from raypipe.config import ServeConfig
 from raypipe.methods import get_method
 from raypipe.runtime import ensure_ray
 from raypipe.serving.auth import digest_from_env
 from raypipe.serving.schemas import check_defaults_within_limits
+from raypipe.serving.sections import ServeSections
 from raypipe.tools import ToolSources
 
 if TYPE_CHECKING:
     from ray.serve import Application
 
 logger = logging.getLogger(__name__)
-
-
-class AppArgs(BaseModel):
-    """The `args` of `app_from_config` in a Serve config file."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    #: a raypipe YAML config (default: the embedded defaults); relative to the working directory
-    config: str | None = None
-    #: `key.path=value` overrides, as with `--set`
-    overrides: list[str] = []
 
 
 def autoscaling_config(serve_cfg: ServeConfig) -> dict[str, Any]:
@@ -55,8 +44,8 @@ def _absolute(path: str | None) -> str | None:
     return str(Path(path).expanduser().resolve()) if path else path
 
 
-def resolve_paths(cfg: RaypipeConfig) -> RaypipeConfig:
-    """The config with the files replicas open made absolute, since replica processes need not share
+def resolve_paths(cfg: ServeSections) -> ServeSections:
+    """The sections with the files replicas open made absolute, since replica processes need not share
     the builder's working directory."""
     retrieval = cfg.retrieval.model_copy(update={
         "encoder": cfg.retrieval.encoder.model_copy(update={"path": _absolute(cfg.retrieval.encoder.path)}),
@@ -64,11 +53,8 @@ def resolve_paths(cfg: RaypipeConfig) -> RaypipeConfig:
         "fallback": cfg.retrieval.fallback.model_copy(update={"index_dir": _absolute(cfg.retrieval.fallback.index_dir)}),
     })
     serve_cfg = cfg.serve.model_copy(update={"generator": _absolute(cfg.serve.generator)})
-    crag = cfg.crag.model_copy(update={
-        "evaluator": cfg.crag.evaluator.model_copy(update={"path": _absolute(cfg.crag.evaluator.path)}),
-    })
-    return cfg.model_copy(update={"retrieval": retrieval, "serve": serve_cfg, "crag": crag,
-                                  "instruct_lm": _absolute(cfg.instruct_lm)})
+    evaluator = cfg.evaluator.model_copy(update={"path": _absolute(cfg.evaluator.path)})
+    return replace(cfg, retrieval=retrieval, serve=serve_cfg, evaluator=evaluator, instruct_lm=_absolute(cfg.instruct_lm))
 
 
 def _cluster_has_gpus() -> bool:
@@ -77,7 +63,7 @@ def _cluster_has_gpus() -> bool:
     return ray.is_initialized() and ray.cluster_resources().get("GPU", 0) > 0
 
 
-def build_app(cfg: RaypipeConfig) -> Application:
+def build_app(cfg: ServeSections) -> Application:
     """The Serve application of `cfg`: Ingress -> Decoder -> Generator + Retrieval, each model
     deployment bound only when a served method uses it."""
     from raypipe.serving.decoder import Decoder
@@ -91,13 +77,13 @@ def build_app(cfg: RaypipeConfig) -> Application:
     if "evaluator" in used:
         from raypipe.retrieval.cross_encoder import require_evaluator
 
-        require_evaluator(cfg.crag.evaluator.path)  # here, not in a replica that Serve would restart
+        require_evaluator(cfg.evaluator.path)  # here, not in a replica that Serve would restart
     generator_actor: dict[str, Any] = {"num_cpus": s.generator_cpus}
     if _cluster_has_gpus():
         generator_actor["num_gpus"] = s.generator_gpus
     batching = (s.torch_threads, s.max_batch_size, s.batch_wait_timeout_s)
     # every replica builds its tool from these
-    sources = ToolSources(s.generator, cfg.engine, cfg.retrieval, cfg.instruct_lm, cfg.crag.evaluator)
+    sources = ToolSources(s.generator, cfg.engine, cfg.retrieval, cfg.instruct_lm, cfg.evaluator)
     # Generator/Retrieval callers are Decoder threads, already bounded by the Decoder's own limits:
     # their queues are unbounded and they admit a full batch per replica at least.
     spread = {} if s.max_replicas_per_node is None else {"max_replicas_per_node": s.max_replicas_per_node}
@@ -134,16 +120,7 @@ def build_app(cfg: RaypipeConfig) -> Application:
     ).bind(decoder, cfg, digest_from_env(s.auth_token_env))
 
 
-def app_from_config(args: dict[str, Any]) -> Application:
-    """The Serve app builder of configs/serve.yaml (`serve run` / `serve deploy`)."""
-    try:
-        parsed = AppArgs.model_validate(args)
-    except ValidationError as exc:
-        raise ConfigError(f"serve config args: {exc}") from None
-    return build_app(load_config(parsed.config, parsed.overrides))
-
-
-def start_app(cfg: RaypipeConfig) -> str:
+def start_app(cfg: ServeSections) -> str:
     """Start Serve's HTTP proxy on `serve.host:serve.port` (joining a running Serve instance if there is
     one), deploy the app and wait until it is RUNNING; returns its base URL."""
     from ray import serve
@@ -168,9 +145,9 @@ def replica_counts(app_name: str, states: tuple[str, ...] = ("RUNNING",)) -> dic
     return {name: sum(int(d.replica_states.get(state, 0)) for state in states) for name, d in app.deployments.items()}
 
 
-def run_serve(cfg: RaypipeConfig) -> dict[str, Any]:
-    """`raypipe serve`: serve until Ctrl-C or SIGTERM, then shut Serve down. Returns the URL, the time up
-    and the replica counts seen last."""
+def serve_until_stopped(cfg: ServeSections) -> dict[str, Any]:
+    """Serve until Ctrl-C or SIGTERM, then shut Serve down. Returns the URL, the time up and the
+    replica counts seen last."""
     from ray import serve
 
     def stop(signum: int, _frame: Any) -> None:

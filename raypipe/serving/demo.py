@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from raypipe.config import RaypipeConfig
+from raypipe.serving.sections import ServeSections
 
 logger = logging.getLogger(__name__)
 
@@ -17,10 +17,10 @@ logger = logging.getLogger(__name__)
 FALLBACK_QUESTIONS = ("Where was the painter born?", "Which organisation did the chemist work for?")
 
 
-def demo_questions(cfg: RaypipeConfig, n: int = 2) -> list[tuple[str, tuple[str, ...]]]:
-    """The first `n` (question, gold answers) of the first eval set that has questions (held-out
+def demo_questions(eval_sets: list[str], n: int = 2) -> list[tuple[str, tuple[str, ...]]]:
+    """The first `n` (question, gold answers) of the first of `eval_sets` that has questions (held-out
     facts: retrieval helps), so the terminal shows whether each served answer is right."""
-    for name in cfg.eval.eval_sets:
+    for name in eval_sets:
         path = Path(name)
         if not path.is_file():
             continue
@@ -52,9 +52,10 @@ def _show(console: Any, title: str, answer: dict[str, Any], golds: tuple[str, ..
     return verdict
 
 
-def run_serve_demo(cfg: RaypipeConfig) -> dict[str, Any]:
-    """Serve `cfg`, send the demo questions to /v1/generate and one to /v1/chat/completions with the
-    openai client, print the answers, delete the app. Returns counts and latencies.
+def serve_demo(cfg: ServeSections, eval_sets: list[str]) -> dict[str, Any]:
+    """Serve `cfg`, send the demo questions (from `eval_sets`) to /v1/generate and one to
+    /v1/chat/completions with the openai client, print the answers, delete the app. Returns counts and
+    latencies.
 
     The app is deleted, not Serve shut down: `serve.shutdown()` kills its controller while the
     controller's own graceful_shutdown call is in flight, and Ray prints that call's failure on the
@@ -70,7 +71,7 @@ def run_serve_demo(cfg: RaypipeConfig) -> dict[str, Any]:
     console = Console()
     token = os.environ.get(cfg.serve.auth_token_env, "").strip()
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    questions = demo_questions(cfg)
+    questions = demo_questions(eval_sets)
     answers: list[dict[str, Any]] = []
     verdicts: list[bool | None] = []
     url = start_app(cfg)

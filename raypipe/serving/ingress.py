@@ -13,10 +13,10 @@ from ray import serve
 from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
 from ray.serve.handle import DeploymentHandle
 
-from raypipe.config import RaypipeConfig
 from raypipe.methods.base import MethodRequest
 from raypipe.methods.settings import MethodSettings
 from raypipe.serving.api import DecodeTimeout, Overloaded, build_api
+from raypipe.serving.sections import ServeSections
 
 
 class DecoderBackend:
@@ -42,7 +42,7 @@ class DecoderBackend:
 class Ingress:
     """The HTTP API (api.py) of the app; the FastAPI app is built in the replica from `cfg`."""
 
-    def __init__(self, decoder: DeploymentHandle, cfg: RaypipeConfig, auth_digest: str | None):
+    def __init__(self, decoder: DeploymentHandle, cfg: ServeSections, auth_digest: str | None):
         self.backend = DecoderBackend(decoder, cfg.serve.request_timeout_s)
         self.cfg, self.auth_digest = cfg, auth_digest
 

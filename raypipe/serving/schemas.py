@@ -33,10 +33,11 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from raypipe.config import MethodsConfig, RaypipeConfig, ServeConfig
+from raypipe.config import MethodsConfig, ServeConfig
 from raypipe.errors import ConfigError
 from raypipe.methods.base import MethodRequest
 from raypipe.methods.settings import MethodSettings
+from raypipe.serving.sections import ServeSections
 from raypipe.settings.base import is_server_only
 
 V = TypeVar("V")
@@ -334,7 +335,7 @@ def _method_of(default: str) -> Any:
     return pick
 
 
-def request_models(cfg: RaypipeConfig) -> RequestModels:
+def request_models(cfg: ServeSections) -> RequestModels:
     """The request models of one server, with `cfg.serve`'s limits and methods built in."""
     s = cfg.serve
     limits, methods = request_limits(s), list(dict.fromkeys(s.methods))
@@ -373,7 +374,7 @@ def request_models(cfg: RaypipeConfig) -> RequestModels:
     return RequestModels(generate=generate, chat=chat)
 
 
-def check_defaults_within_limits(cfg: RaypipeConfig) -> None:
+def check_defaults_within_limits(cfg: ServeSections) -> None:
     """A request that sets nothing runs with the configured defaults, so they must obey the server's
     limits; a config where they do not is refused at startup rather than served."""
     limits = request_limits(cfg.serve)

@@ -276,7 +276,7 @@ def test_rayjob_entrypoint_runs_an_existing_job_with_an_existing_config():
 
 
 def test_rayservice_serve_app_import_path_resolves_and_its_args_validate():
-    from raypipe.serving.app import AppArgs
+    from raypipe.jobs.serve import AppArgs
 
     doc = yaml.safe_load((ROOT / "cluster" / "kuberay" / "rayservice.yaml").read_text())
     serve_config = yaml.safe_load(doc["spec"]["serveConfigV2"])

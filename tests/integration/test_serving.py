@@ -23,6 +23,7 @@ import pytest
 
 from raypipe.config import MethodsConfig, RaypipeConfig, ServeConfig
 from raypipe.data.io import list_data_files
+from raypipe.jobs.serve import serve_sections
 from raypipe.methods.crag.settings import CRAGSettings
 from raypipe.methods.self_reasoning.settings import SelfReasoningSettings
 from raypipe.methods.selfrag.settings import SelfRAGSettings
@@ -103,7 +104,7 @@ def url(ray_cluster, app_cfg):
 
     os.environ[TOKEN_ENV] = TOKEN
     try:
-        yield start_app(app_cfg)
+        yield start_app(serve_sections(app_cfg))
     finally:
         os.environ.pop(TOKEN_ENV, None)
         serve.shutdown()

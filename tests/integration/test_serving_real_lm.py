@@ -19,6 +19,7 @@ import pytest
 
 from raypipe.config import MethodsConfig, RaypipeConfig, ServeConfig
 from raypipe.eval.citations import WorldChecker
+from raypipe.jobs.serve import serve_sections
 from raypipe.methods.direct.settings import DirectSettings
 from raypipe.retrieval.types import Passage
 from raypipe.settings.crag_tools import CRAGConfig
@@ -53,7 +54,7 @@ def url(ray_cluster, smollm2_dir, tiny_model_dir):
                         crag=CRAGConfig(lm=str(smollm2_dir)),
                         methods=MethodsConfig(direct=DirectSettings(max_new_tokens=24)))
     try:
-        yield start_app(cfg)
+        yield start_app(serve_sections(cfg))
     finally:
         serve.shutdown()
 

@@ -203,8 +203,10 @@ def test_a_job_that_serves_crag_fails_at_its_start_when_the_evaluator_is_missing
         monkeypatch.setattr("raypipe.eval.runner.ensure_ray", no_ray)  # the name run_eval calls
         run = run_eval
     else:  # build_app binds deployments and starts nothing
+        from raypipe.jobs.serve import serve_sections
         from raypipe.serving.app import build_app
 
-        run = build_app
+        def run(cfg):
+            return build_app(serve_sections(cfg))
     with pytest.raises(ModelError, match=str(where)):
         run(cfg)

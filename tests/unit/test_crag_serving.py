@@ -9,6 +9,7 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from raypipe.config import RaypipeConfig, load_config
+from raypipe.jobs.serve import serve_sections
 from raypipe.methods.base import MethodRequest
 from raypipe.methods.crag.settings import CRAGSettings
 from raypipe.methods.selfcrag.settings import SelfCRAGSettings
@@ -32,7 +33,7 @@ def _cfg() -> RaypipeConfig:
 
 def test_crag_controls_override_the_configured_settings():
     backend = Backend()
-    client = TestClient(build_api(_cfg(), backend, None))
+    client = TestClient(build_api(serve_sections(_cfg()), backend, None))
     body = {"instruction": "Where did Ada work?", "method": "crag", "upper": 0.3, "lower": -0.5, "web": False,
             "actions": "no_ambiguous", "strip_top_k": 2, "max_tokens": 20, "top_k": 4}
     r = client.post("/v1/generate", json=body)
@@ -47,7 +48,7 @@ def test_crag_controls_override_the_configured_settings():
 
 def test_selfcrag_takes_selfrag_and_corrective_controls_through_the_chat_route():
     backend = Backend()
-    client = TestClient(build_api(_cfg(), backend, None))
+    client = TestClient(build_api(serve_sections(_cfg()), backend, None))
     body = {"model": "selfrag", "messages": [{"role": "user", "content": "Who is Ada?"}], "method": "selfcrag",
             "selfcrag": {"mode": "always", "upper": 0.5, "rewriter": "none"}}
     r = client.post("/v1/chat/completions", json=body)
@@ -59,7 +60,7 @@ def test_selfcrag_takes_selfrag_and_corrective_controls_through_the_chat_route()
 
 
 def test_thresholds_out_of_order_and_unknown_controls_are_422():
-    client = TestClient(build_api(_cfg(), Backend(), None))
+    client = TestClient(build_api(serve_sections(_cfg()), Backend(), None))
     r = client.post("/v1/generate", json={"instruction": "x", "method": "crag", "upper": -0.9, "lower": 0.2})
     assert r.status_code == 422 and "lower" in r.json()["error"]["message"]
     r = client.post("/v1/generate", json={"instruction": "x", "method": "rag", "upper": 0.2})
@@ -77,7 +78,7 @@ def _rewriters(doc: dict, method: str) -> list[str]:
 
 
 def test_the_document_offers_the_openai_rewriter_only_where_a_rewriter_url_is_configured():
-    plain = TestClient(build_api(_cfg(), Backend(), None))
+    plain = TestClient(build_api(serve_sections(_cfg()), Backend(), None))
     doc = plain.get("/openapi.json").json()
     assert _rewriters(doc, "crag") == _rewriters(doc, "selfcrag") == ["lm", "none"]
     r = plain.post("/v1/generate", json={"instruction": "x", "method": "crag", "rewriter": "openai"})
@@ -86,7 +87,7 @@ def test_the_document_offers_the_openai_rewriter_only_where_a_rewriter_url_is_co
     cfg = load_config(None, ["serve.methods=[crag, selfcrag]", "serve.default_method=crag",
                              "methods.crag.rewriter_url=http://lm.local/v1"])
     backend = Backend()
-    client = TestClient(build_api(cfg, backend, None))
+    client = TestClient(build_api(serve_sections(cfg), backend, None))
     doc = client.get("/openapi.json").json()
     assert _rewriters(doc, "crag") == ["lm", "openai", "none"] and _rewriters(doc, "selfcrag") == ["lm", "none"]
     r = client.post("/v1/generate", json={"instruction": "x", "method": "crag", "rewriter": "openai"})

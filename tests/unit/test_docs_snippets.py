@@ -17,6 +17,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from raypipe.config import load_config
+from raypipe.jobs.serve import serve_sections
 from raypipe.serving.api import build_api
 from tests.unit.test_serving_api import EchoBackend
 
@@ -48,7 +49,7 @@ def demo_app(backend, monkeypatch, tmp_path) -> TestClient:
     """The demo server's API, and a working folder holding the demo world's held-out QA file (what the
     README's snippet reads), with the openai client pointed at the API whatever URL a snippet gives."""
     cfg = load_config(ROOT / "configs" / "demo.yaml")
-    client = TestClient(build_api(cfg, backend, None))
+    client = TestClient(build_api(serve_sections(cfg), backend, None))
     real = openai.OpenAI
     monkeypatch.setattr(openai, "OpenAI", lambda **kwargs: real(**kwargs, http_client=client, max_retries=0))
     qa = tmp_path / Path(cfg.eval.eval_sets[0])

@@ -27,9 +27,9 @@ LAYERS: dict[str, int] = {
 }
 
 #: layer 4 in its own order, lowest first: a package imports only those before it (ARCHITECTURE.md §2).
-#: The composed config is at the bottom while components still take it whole; the training harness
-#: serves the offline jobs' libraries; eval scores what trajectories' quality control reads; serving
-#: reuses eval's metrics; the README's figures and the config manual read everything below them.
+#: config.py holds the eval, serve and method sections beside the composed config; the training
+#: harness serves the offline jobs' libraries; eval scores what trajectories' quality control reads;
+#: serving reuses eval's metrics; the README's figures and the config manual read everything below them.
 LAYER_4_ORDER = ["config", "training", "critic", "augment", "evaluator_training", "eval", "trajectories", "serving",
                  "readme_results", "config_docs"]
 
@@ -106,9 +106,8 @@ def test_the_order_check_sees_a_planted_back_import():
                                       "critic is above training in LAYER_4_ORDER"]
 
 
-#: layer-4 packages whose jobs moved to raypipe.jobs: they take sections, as layers 0-3 do (serving
-#: still takes the whole config, until its job moves too)
-TAKE_SECTIONS = {"training", "critic", "augment", "evaluator_training", "eval", "trajectories"}
+#: layer-4 packages that serve a job: they take sections, as layers 0-3 do
+TAKE_SECTIONS = {"training", "critic", "augment", "evaluator_training", "eval", "trajectories", "serving"}
 
 
 def test_below_the_jobs_only_sections_are_taken():

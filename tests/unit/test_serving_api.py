@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 
 from raypipe.config import MethodsConfig, RaypipeConfig, ServeConfig
 from raypipe.errors import ConfigError
+from raypipe.jobs.serve import serve_sections
 from raypipe.methods.base import MethodRequest
 from raypipe.methods.selfrag.settings import SelfRAGSettings
 from raypipe.serving.api import DecodeTimeout, Overloaded, build_api
@@ -48,7 +49,7 @@ class EchoBackend:
 
 
 def _client(backend: EchoBackend, token: str | None = None) -> TestClient:
-    return TestClient(build_api(CFG, backend, token_digest(token) if token else None))
+    return TestClient(build_api(serve_sections(CFG), backend, token_digest(token) if token else None))
 
 
 @pytest.fixture
@@ -221,18 +222,18 @@ def test_defaults_beyond_the_limits_are_refused_at_startup():
                          methods=MethodsConfig(selfrag=SelfRAGSettings(max_new_tokens=100)))
     with pytest.raises(ConfigError, match=r"retrieval.top_k=9 > serve.max_top_k=5.*"
                                           r"methods.selfrag.max_new_tokens=100 > serve.max_tokens_limit=64"):
-        check_defaults_within_limits(over)
+        check_defaults_within_limits(serve_sections(over))
     with pytest.raises(ConfigError, match="max_top_k"):
-        build_api(RaypipeConfig(serve=LIMITS, retrieval=RetrievalConfig(top_k=9)), EchoBackend(), None)
+        build_api(serve_sections(RaypipeConfig(serve=LIMITS, retrieval=RetrievalConfig(top_k=9))), EchoBackend(), None)
     # a K the method's own section sets is named there
     own = RaypipeConfig(serve=LIMITS, methods=MethodsConfig(selfrag=SELFRAG.model_copy(update={"top_k": 7})))
     with pytest.raises(ConfigError, match=r"^[^;]*methods.selfrag.top_k=7 > serve.max_top_k=5$"):
-        check_defaults_within_limits(own)
+        check_defaults_within_limits(serve_sections(own))
 
 
 def test_limits_differ_per_server():
     def models(**serve: Any):
-        return request_models(RaypipeConfig(serve=ServeConfig(**serve), retrieval=RetrievalConfig(top_k=1)))
+        return request_models(serve_sections(RaypipeConfig(serve=ServeConfig(**serve), retrieval=RetrievalConfig(top_k=1))))
 
     tight, loose = models(max_top_k=2), models(max_top_k=50)
     assert loose.parse_generate({"instruction": "q", "top_k": 30}).top_k == 30
@@ -398,7 +399,7 @@ def test_the_openai_client_sees_model_not_found(client):
 
 def _limited(max_body_bytes: int, backend: EchoBackend) -> TestClient:
     cfg = CFG.model_copy(update={"serve": LIMITS.model_copy(update={"max_body_bytes": max_body_bytes})})
-    return TestClient(build_api(cfg, backend, None))
+    return TestClient(build_api(serve_sections(cfg), backend, None))
 
 
 def _body_of(size: int) -> bytes:

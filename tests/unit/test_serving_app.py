@@ -8,13 +8,14 @@ import pytest
 
 from raypipe.config import MethodsConfig, RaypipeConfig, ServeConfig
 from raypipe.errors import ConfigError
+from raypipe.jobs.serve import app_from_config, serve_sections
 from raypipe.methods.selfrag.settings import SelfRAGSettings
-from raypipe.serving.app import app_from_config, autoscaling_config, build_app, resolve_paths
+from raypipe.serving.app import autoscaling_config, build_app, resolve_paths
 
 
 def test_relative_model_and_index_paths_become_absolute(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    cfg = resolve_paths(RaypipeConfig(serve=ServeConfig(generator="models/gen")))
+    cfg = resolve_paths(serve_sections(RaypipeConfig(serve=ServeConfig(generator="models/gen"))))
     assert cfg.serve.generator == str(tmp_path / "models" / "gen")
     assert Path(cfg.retrieval.index.out_dir).is_absolute()
     assert cfg.retrieval.index.out_dir.endswith("runs/demo/index")
@@ -39,4 +40,4 @@ def test_builder_args_are_checked():
 def test_defaults_beyond_the_request_limits_refuse_to_build():
     cfg = RaypipeConfig(serve=ServeConfig(max_beam_width=2), methods=MethodsConfig(selfrag=SelfRAGSettings(beam_width=4)))
     with pytest.raises(ConfigError, match="methods.selfrag.beam_width=4 > serve.max_beam_width=2"):
-        build_app(cfg)
+        build_app(serve_sections(cfg))

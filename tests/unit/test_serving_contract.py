@@ -21,6 +21,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from raypipe.config import RaypipeConfig, ServeConfig
+from raypipe.jobs.serve import serve_sections
 from raypipe.serving.api import DecodeTimeout, Overloaded, build_api
 from raypipe.serving.auth import token_digest
 from raypipe.serving.schemas import CONTROLS
@@ -36,7 +37,7 @@ CFG = RaypipeConfig(serve=SERVE, retrieval=RetrievalConfig(top_k=3))
 
 
 def _client(backend: Any = None, auth: bool = True) -> TestClient:
-    return TestClient(build_api(CFG, backend or EchoBackend(), token_digest(TOKEN) if auth else None))
+    return TestClient(build_api(serve_sections(CFG), backend or EchoBackend(), token_digest(TOKEN) if auth else None))
 
 
 @pytest.fixture(scope="module")

@@ -23,12 +23,13 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
+from raypipe.jobs.serve import serve_sections
 from raypipe.serving.api import build_api
 from raypipe.serving.auth import token_digest
 from tests.unit.test_serving_api import EchoBackend
 from tests.unit.test_serving_contract import AUTH, CFG, TOKEN, Target, _targets
 
-APP = build_api(CFG, EchoBackend(), token_digest(TOKEN))
+APP = build_api(serve_sections(CFG), EchoBackend(), token_digest(TOKEN))
 SCHEMA = schemathesis.openapi.from_asgi("/openapi.json", APP)
 SCHEMA.config.generation.update(modes=["positive", "negative"])
 # a body over serve.max_body_bytes is refused with 413 before anything else is looked at
