@@ -170,3 +170,15 @@ def serve_until_stopped(cfg: ServeSections) -> dict[str, Any]:
         signal.signal(signal.SIGTERM, previous)
     return {"url": url, "app": cfg.serve.app_name, "uptime_s": round(time.monotonic() - started, 1),
             "replicas": replicas}
+
+
+#: names that moved out of this module, old -> new import path: a Serve config file written before
+#: names the old one, and gets an error naming the new one rather than a bare AttributeError
+MOVED = {"app_from_config": "raypipe.jobs.serve:app_from_config"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in MOVED:
+        raise AttributeError(f"raypipe.serving.app:{name} moved to {MOVED[name]}: set that import_path in the "
+                             "Serve config file")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -41,3 +41,14 @@ def test_defaults_beyond_the_request_limits_refuse_to_build():
     cfg = RaypipeConfig(serve=ServeConfig(max_beam_width=2), methods=MethodsConfig(selfrag=SelfRAGSettings(beam_width=4)))
     with pytest.raises(ConfigError, match="methods.selfrag.beam_width=4 > serve.max_beam_width=2"):
         build_app(serve_sections(cfg))
+
+
+def test_the_old_import_path_of_the_app_builder_names_the_new_one():
+    import importlib
+
+    from raypipe.serving import app
+
+    with pytest.raises(AttributeError, match=r"moved to raypipe\.jobs\.serve:app_from_config"):
+        app.app_from_config  # noqa: B018 - the attribute access is what Serve does
+    module, _, attr = app.MOVED["app_from_config"].partition(":")
+    assert getattr(importlib.import_module(module), attr) is app_from_config
