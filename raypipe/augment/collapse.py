@@ -34,7 +34,8 @@ import pyarrow.parquet as pq
 from raypipe import tokens as T
 from raypipe.augment.stages import rendered_decisions
 from raypipe.augment.state import InstanceState
-from raypipe.critic.teachers import LabelRequest, Teacher, make_critic_teacher
+from raypipe.critic.teacher_factory import make_critic_teacher
+from raypipe.critic.teachers import LabelRequest, Teacher
 from raypipe.data.stable_random import stable_uniforms
 from raypipe.errors import DataError, RaypipeError
 from raypipe.prompts import ASPECT_LABELS, Aspect, CriticExample

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from raypipe.critic.dataset import read_split, split_examples
-from raypipe.critic.predict import ReflectionPredictor, make_predictor
+from raypipe.critic.predict import make_predictor
+from raypipe.critic.predictor import ReflectionPredictor
 from raypipe.prompts import ASPECT_LABELS, Aspect
 from raypipe.settings.models import EngineKind
 

@@ -31,8 +31,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from raypipe.critic.teacher_factory import make_critic_teacher
 from raypipe.critic.teacher_requests import PassageIndex, RequestSampler, SampleResult
-from raypipe.critic.teachers import LabelRequest, Teacher, make_critic_teacher
+from raypipe.critic.teachers import LabelRequest, Teacher
 from raypipe.data.io import read_records, write_jsonl, write_parquet
 from raypipe.data.segment import Segmenter
 from raypipe.data.stable_random import stable_uniforms

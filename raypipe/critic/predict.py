@@ -5,19 +5,19 @@ Self-RAG scores segments with normalized token probabilities, p(token) / sum ove
 (raypipe.inference.engines: vLLM or HF transformers) reads that distribution from the full logits at
 the answer position; this module only turns critic prompts into engine calls, one per aspect, since
 an aspect's prompts share their instruction (the engine runs a shared prefix once). The encoder critic
-(`raypipe.critic.encoder`) fills the same distributions without an engine; `make_predictor` picks the
+(`raypipe.critic.encoder_critic`) fills the same distributions without an engine; `make_predictor` picks the
 kind a folder holds.
 """
 
 from __future__ import annotations
 
 import logging
-from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from raypipe.critic.predictor import ReflectionPredictor
 from raypipe.inference.engines import Engine, make_engine
 from raypipe.prompts import ASPECT_LABELS, Aspect, CriticExample, critic_prompt
 from raypipe.settings.models import DecodePrecision, EngineConfig, EngineKind
@@ -28,20 +28,6 @@ logger = logging.getLogger(__name__)
 #: which blocks of vLLM's CPU default (128) mostly leave out of the prefix cache; 32 is the CPU minimum
 #: (its decode is slower, but a judgement decodes one token)
 CRITIC_KV_BLOCK = 32
-
-
-class ReflectionPredictor(ABC):
-    """What the critic's consumers (augmentation, the agreement report, the citation checker) need from
-    a critic, whatever its kind: `distributions` returns, per example, its aspect's label distribution
-    as an array in ASPECT_LABELS order; `predict` the same as {label token: probability}."""
-
-    @abstractmethod
-    def distributions(self, examples: Sequence[CriticExample]) -> list[np.ndarray]: ...
-
-    def predict(self, examples: Sequence[CriticExample]) -> list[dict[str, float]]:
-        probs = self.distributions(examples)
-        return [{token: float(p) for token, p in zip(ASPECT_LABELS[ex.aspect], row, strict=True)}
-                for ex, row in zip(examples, probs, strict=True)]
 
 
 class CriticPredictor(ReflectionPredictor):
@@ -84,7 +70,8 @@ def make_predictor(model_path: str | Path, batch_size: int = 64, device: str | N
     `raypipe.critic.encoder`) or an LM critic on the engine `engine_kind` picks (`CriticPredictor.load`); its weights in the dtype
     `raypipe.models.device.decoding_dtype` picks for `precision`. fp32 by default: a row's labels then
     do not depend on the rows batched with it (see `augment.critic_precision`)."""
-    from raypipe.critic.encoder import EncoderCritic, is_encoder_critic
+    from raypipe.critic.encoder import is_encoder_critic
+    from raypipe.critic.encoder_critic import EncoderCritic
 
     if is_encoder_critic(model_path):
         return EncoderCritic(model_path, batch_size=batch_size, device=device, precision=precision)

@@ -13,11 +13,9 @@ import logging
 from abc import ABC, abstractmethod
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from raypipe.prompts import Aspect, CriticExample
-from raypipe.settings.teachers import TeacherConfig
 
 logger = logging.getLogger(__name__)
 
@@ -71,14 +69,3 @@ class Teacher(ABC):
         wrong = [r.id for r in requests if r.aspect != aspect]
         if wrong:
             raise ValueError(f"label({aspect.value}) got requests of another aspect: {wrong[:3]}")
-
-
-def make_critic_teacher(cfg: TeacherConfig, work_dir: Path) -> Teacher:
-    """The configured teacher; an HTTP teacher keeps its resumable label cache in `work_dir`."""
-    if cfg.kind == "oracle":
-        from raypipe.critic.oracle import CriticOracle
-
-        return CriticOracle(error_rate=cfg.error_rate, seed=cfg.seed)
-    from raypipe.critic.openai_teacher import OpenAITeacher
-
-    return OpenAITeacher(cfg, cache_path=work_dir / "teacher_cache.jsonl")

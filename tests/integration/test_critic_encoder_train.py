@@ -12,7 +12,8 @@ import pytest
 
 from raypipe.config import RaypipeConfig
 from raypipe.critic.agreement import agreement_report
-from raypipe.critic.encoder import MANIFEST, EncoderCritic
+from raypipe.critic.encoder import MANIFEST
+from raypipe.critic.encoder_critic import EncoderCritic
 from raypipe.critic.predict import make_predictor
 from raypipe.jobs.label import run_label
 from raypipe.jobs.train import run_train

@@ -12,7 +12,7 @@ import pytest
 from raypipe import tokens
 from raypipe.critic.agreement import agreement_report
 from raypipe.critic.dataset import CRITIC_SCHEMA, example_column, read_split
-from raypipe.critic.predict import ReflectionPredictor
+from raypipe.critic.predictor import ReflectionPredictor
 from raypipe.data.io import write_parquet
 from raypipe.errors import RaypipeError
 from raypipe.prompts import ASPECT_LABELS, Aspect, CriticExample, critic_prompt

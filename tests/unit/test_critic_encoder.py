@@ -19,7 +19,6 @@ from raypipe.critic.encoder import (
     GROUP_START,
     MANIFEST,
     NUM_OUTPUTS,
-    EncoderCritic,
     encode_examples,
     encoder_pair,
     group_mask,
@@ -27,6 +26,7 @@ from raypipe.critic.encoder import (
     target_index,
     write_manifest,
 )
+from raypipe.critic.encoder_critic import EncoderCritic
 from raypipe.critic.encoder_model import HEADS_FILE, load_aspect_heads, save_aspect_heads
 from raypipe.critic.encoder_train import CriticEncoderTask, critic_task, inverse_frequency_weights
 from raypipe.critic.predict import make_predictor

@@ -14,7 +14,8 @@ import pytest
 from raypipe import tokens
 from raypipe.config import RaypipeConfig
 from raypipe.critic.openai_teacher import OpenAITeacher
-from raypipe.critic.teachers import LabelRequest, make_critic_teacher
+from raypipe.critic.teacher_factory import make_critic_teacher
+from raypipe.critic.teachers import LabelRequest
 from raypipe.errors import ConfigError, RaypipeError
 from raypipe.jobs.label import run_label
 from raypipe.prompts import Aspect, CriticExample

@@ -124,6 +124,67 @@ def test_below_the_jobs_only_sections_are_taken():
     assert not naming, naming
 
 
+def _module_circles(imports: list[tuple[str, str, int]]) -> list[list[str]]:
+    """The import circles among raypipe's modules (strongly connected components of more than one),
+    a module's import of its own package's `__init__` left out."""
+    graph: dict[str, set[str]] = {}
+    for me, target, _ in imports:
+        if target != me and not me.startswith(target + "."):
+            graph.setdefault(me, set()).add(target)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles = []
+
+    def visit(node: str) -> None:  # Tarjan's algorithm
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return circles
+
+
+def _module_imports() -> list[tuple[str, str, int]]:
+    """(module, imported raypipe module, line) for every import that runs, `from pkg import module`
+    counted as an import of that module."""
+    known = {_module_name(p) for p in PACKAGE.rglob("*.py")}
+    found = _all_imports()
+    for path in _sources():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("raypipe"):
+                found += [(_module_name(path), f"{node.module}.{a.name}", node.lineno) for a in node.names
+                          if f"{node.module}.{a.name}" in known]
+    return [(me, target, line) for me, target, line in found if target in known]
+
+
+def test_no_module_imports_in_a_circle():
+    assert not (circles := _module_circles(_module_imports())), circles
+
+
+def test_the_circle_check_sees_a_planted_circle():
+    planted = [("raypipe.critic.predict", "raypipe.critic.encoder", 1),
+               ("raypipe.critic.encoder", "raypipe.critic.predict", 2), ("raypipe.critic.encoder", "raypipe.prompts", 3)]
+    assert _module_circles(planted) == [["raypipe.critic.encoder", "raypipe.critic.predict"]]
+
+
 def test_methods_import_no_ray():
     offenders = [f"{_module_name(p)} line {line}" for p in (PACKAGE / "methods").rglob("*.py")
                  for target, line in _runtime_imports(ast.parse(p.read_text(encoding="utf-8")))
