@@ -10,6 +10,7 @@ from pydantic import Field
 
 from raypipe.settings.base import Section
 from raypipe.settings.paths import default_path
+from raypipe.settings.workers import RayTrainWorkers
 
 
 class EvaluatorConfig(Section):
@@ -26,7 +27,7 @@ class EvaluatorConfig(Section):
     device: Literal["auto", "cpu", "cuda"] = "auto"
 
 
-class EvaluatorTrainConfig(Section):
+class EvaluatorTrainConfig(RayTrainWorkers):
     """`raypipe crag train-evaluator`: the evaluator's data from the world's ground truth on
     training-side questions (CRAG §4.2, App. B.3), a cross-encoder regressed to +1 / -1 on Ray Train,
     and a held-out accuracy report (the paper's Table 4)."""
@@ -66,26 +67,11 @@ class EvaluatorTrainConfig(Section):
     warmup_ratio: float = Field(0.06, ge=0.0, le=1.0)
     #: AdamW's weight decay
     weight_decay: float = Field(0.01, ge=0.0)
-    #: Ray Train workers
-    num_workers: int = Field(1, ge=1)
-    #: CPUs reserved per worker
-    cpus_per_worker: float = Field(1.0, gt=0)
-    #: `auto` = GPUs when the cluster has one per worker, else CPUs
-    device: Literal["auto", "cpu", "cuda"] = "auto"
     #: `autocast`: bf16 matrix products under torch.autocast, fp32 weights; `auto` = autocast on CPU
     #: workers whose CPU has native bf16 (AVX512-BF16, AMX), else fp32
     precision: Literal["auto", "fp32", "autocast"] = "auto"
-    #: the GPU type the workers must land on (as `training.*.accelerator_type`); None = any GPU
-    accelerator_type: str | None = None
     #: optimizer steps between checkpoints
     checkpoint_every: int = Field(200, ge=1)
-    #: checkpoints the run keeps on disk, the latest ones (Ray Train's `CheckpointConfig.num_to_keep`)
-    keep_checkpoints: int = Field(2, ge=1)
-    #: keep the Ray Train checkpoints (optimizer state included) once the job finished, e.g. to train on
-    #: from its last step (delete `_SUCCESS`, ask for more epochs); off, the folder holds the model only
-    keep_checkpoints_after_export: bool = False
-    #: worker-group restarts from the latest checkpoint before the run fails (-1: unlimited)
-    max_failures: int = Field(0, ge=-1)
     #: seeds the pairs drawn and the initialisation
     seed: int = 0
 

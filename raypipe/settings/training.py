@@ -10,6 +10,7 @@ from pydantic import Field, field_validator
 from raypipe.prompts import Aspect
 from raypipe.settings.base import Section, check_keyed_amounts
 from raypipe.settings.paths import default_path
+from raypipe.settings.workers import RayTrainWorkers
 
 #: what a training worker computes in (raypipe.training.precision)
 Precision = Literal["auto", "fp32", "bf16", "autocast"]
@@ -41,9 +42,11 @@ class TrainStage(Section):
         return None if self.trainable_layers == "all" else self.trainable_layers
 
 
-class ModelTrainConfig(Section):
+class ModelTrainConfig(RayTrainWorkers):
     """One model's training (`raypipe train critic|generator`; `TrainingConfig` holds one per model): Ray
-    Train workers running DeepSpeed ZeRO (Self-RAG App. B.1)."""
+    Train workers running DeepSpeed ZeRO (Self-RAG App. B.1). A checkpoint takes about 14 bytes per
+    parameter under ZeRO (the fp32 master weights and Adam's two moments, 12, plus the bf16 partitions;
+    frozen layers need no optimizer state), ~100 GB for a 7B model, `keep_checkpoints` times over."""
 
     #: the model folder training starts from
     base_model: str = default_path("training.critic.base_model")
@@ -56,16 +59,6 @@ class ModelTrainConfig(Section):
     stages: list[TrainStage] = [TrainStage()]
     #: Ray Train workers; ZeRO partitions the model state over them
     num_workers: int = Field(2, ge=1)
-    #: CPUs reserved per worker (on GPU nodes each worker also takes one GPU)
-    cpus_per_worker: float = Field(1.0, gt=0)
-    #: `auto` = GPUs (NCCL) when the cluster has them, else CPUs (gloo)
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    #: the GPU type the workers (and the run's coordinator) must land on, as Ray names it (Ray Train's
-    #: `ScalingConfig.accelerator_type`: a node offers `A100`, `A10G`, ... when Ray detects it, or any
-    #: name its start resources declare as `accelerator_type:<name>`, e.g. `A100-80G`). A model sized
-    #: for a GPU's memory then waits for such a node instead of running out of memory on a smaller
-    #: one. None = any GPU; ignored on CPU workers
-    accelerator_type: str | None = None
     #: global batch = micro_batch_size x grad_accum x num_workers
     micro_batch_size: int = Field(8, ge=1)
     #: micro-batches per optimizer step
@@ -103,14 +96,6 @@ class ModelTrainConfig(Section):
     precision: Precision = "auto"
     #: optimizer steps between checkpoints (one is also written at the end of every epoch)
     checkpoint_every: int = Field(100, ge=1)
-    #: checkpoints a stage's run keeps on disk, the latest ones (Ray Train's `CheckpointConfig.num_to_keep`):
-    #: its disk use is this many times a checkpoint, about 14 bytes per parameter under ZeRO (the fp32
-    #: master weights and Adam's two moments, 12, plus the bf16 partitions; frozen layers need no
-    #: optimizer state): ~100 GB for a 7B model. 2, so that a checkpoint being written never leaves none whole
-    keep_checkpoints: int = Field(2, ge=1)
-    #: keep the Ray Train checkpoints (optimizer state included) once the job finished, e.g. to train on
-    #: from its last step (delete `_SUCCESS`, ask for more epochs); off, the folder holds the model only
-    keep_checkpoints_after_export: bool = False
     #: optimizer steps between metric reports (loss, lr, tokens/s)
     log_every: int = Field(10, ge=1)
     #: rows in each worker's per-epoch shuffle buffer (seeded by seed + epoch, so resumable)
@@ -118,8 +103,6 @@ class ModelTrainConfig(Section):
     #: cut each worker's micro-batches from windows of 16 micro-batches' worth of shuffled rows sorted
     #: by length, in a shuffled order (raypipe.training.batching): less padding, the same rows per epoch
     group_by_length: bool = False
-    #: worker-group restarts from the latest checkpoint before the run fails (-1: unlimited)
-    max_failures: int = Field(0, ge=-1)
     #: seeds the initialisation and the data order
     seed: int = 0
 

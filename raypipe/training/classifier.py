@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from raypipe.settings.training import Precision
+from raypipe.settings.workers import RayTrainWorkers
 from raypipe.training.batching import SIZE_WINDOW_BATCHES, size_sorted_batches
 from raypipe.training.checkpoint import MODEL_DIR, TrainState
 from raypipe.training.finished import CHECKPOINTS_DIR
-from raypipe.training.harness import WorkerSettings, choose_gpu, fit_and_export
+from raypipe.training.harness import choose_gpu, fit_and_export
 from raypipe.training.precision import worker_autocasts
 
 _WEIGHTS = "weights.pt"
@@ -61,7 +62,7 @@ class ClassifierTask(ABC):
 @dataclass(frozen=True)
 class ClassifierRun:
     """The schedule of one run, filled from the job's config section; the workers, devices and failure
-    policy come from the section itself (`WorkerSettings`)."""
+    policy come from the section itself (`RayTrainWorkers`)."""
 
     name: str
     epochs: float
@@ -191,7 +192,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     save(final=True)
 
 
-def fit_classifier(task: ClassifierTask, run: ClassifierRun, settings: WorkerSettings, base_model: str,
+def fit_classifier(task: ClassifierTask, run: ClassifierRun, settings: RayTrainWorkers, base_model: str,
                    data: Path, out: Path) -> dict[str, Any]:
     """Train `task` from `base_model` on the parquet rows at `data` (a file or a folder of parts) on
     `settings.num_workers` Ray Train workers and export the model to `out`; returns the run's summary

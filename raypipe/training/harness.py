@@ -16,31 +16,17 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any
 
 from raypipe.errors import RaypipeError
+from raypipe.settings.workers import RayTrainWorkers
 from raypipe.training.checkpoint import MODEL_DIR, TrainState
 
 if TYPE_CHECKING:
     from ray.train import DataConfig
 
 
-class WorkerSettings(Protocol):
-    """What the harness reads of a job's training section (`ModelTrainConfig`, `EvaluatorTrainConfig`)."""
-
-    num_workers: int
-    #: CPUs reserved per worker (on GPU nodes each worker also takes one GPU)
-    cpus_per_worker: float
-    #: `auto` = GPUs when the cluster has one per worker, else CPUs
-    device: Literal["auto", "cpu", "cuda"]
-    #: the GPU type GPU workers must land on (Ray's accelerator type); None = any
-    accelerator_type: str | None
-    max_failures: int
-    keep_checkpoints: int
-    keep_checkpoints_after_export: bool
-
-
-def choose_gpu(settings: WorkerSettings) -> bool:
+def choose_gpu(settings: RayTrainWorkers) -> bool:
     """Whether the workers run on GPUs: `auto` is decided from the cluster, not from the driver, which
     often runs on a CPU-only head node."""
     import ray
@@ -50,7 +36,7 @@ def choose_gpu(settings: WorkerSettings) -> bool:
     return settings.device == "cuda"
 
 
-def fit_and_export(loop: Callable[[dict[str, Any]], None], loop_config: dict[str, Any], settings: WorkerSettings,
+def fit_and_export(loop: Callable[[dict[str, Any]], None], loop_config: dict[str, Any], settings: RayTrainWorkers,
                    *, use_gpu: bool, run_name: str, storage: Path, export_dir: Path, what: str,
                    datasets: dict[str, Any] | None = None, dataset_config: DataConfig | None = None) -> TrainState:
     """Run `loop` on `settings.num_workers` Ray Train workers as the run `run_name` under `storage`,
