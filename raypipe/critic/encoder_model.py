@@ -19,6 +19,7 @@ from torch import nn
 from raypipe.critic.encoder import NUM_OUTPUTS, group_mask
 from raypipe.errors import ModelError
 from raypipe.prompts import Aspect
+from raypipe.training.freeze import freeze_bottom
 
 HEADS_FILE = "aspect_heads.safetensors"
 
@@ -77,12 +78,7 @@ def freeze_for_training(model: AspectHeads, trainable_layers: int | None) -> Non
     too, so the backward pass stops at the lowest trainable layer (as `training.freeze` does for an
     LM: N >= the layer count changes nothing)."""
     model.encoder.embeddings.word_embeddings.weight.requires_grad_(False)
-    layers = model.encoder.encoder.layer
-    if trainable_layers is None or trainable_layers >= len(layers):
-        return
-    model.encoder.embeddings.requires_grad_(False)
-    for layer in layers[:len(layers) - trainable_layers]:
-        layer.requires_grad_(False)
+    freeze_bottom(model.encoder.encoder.layer, trainable_layers, model.encoder.embeddings)
 
 
 def save_aspect_heads(model: AspectHeads, tokenizer: Any, folder: Path) -> None:

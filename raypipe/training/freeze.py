@@ -1,4 +1,5 @@
-"""Training only the top layers of a pretrained LM (`training.*.trainable_layers`).
+"""Training only the top layers of a pretrained model (`training.*.trainable_layers`): an LM here, and
+the encoder critic's encoder (raypipe.critic.encoder_model) through the same `freeze_bottom`.
 
 On CPU the backward pass costs about twice the forward, and most of it goes to the lower transformer
 layers. With the lower layers frozen *and* no gradient flowing into them, the backward stops at the
@@ -17,6 +18,7 @@ places them near the words they spell.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from raypipe.errors import ConfigError
@@ -37,21 +39,29 @@ def _detach_output(module: Any, args: Any, output: Any) -> Any:
     return output.detach()
 
 
+def freeze_bottom(layers: Sequence[Any], trainable_layers: int | None, *below: Any) -> int:
+    """Freeze all but the top `trainable_layers` of `layers` and, when any layer is frozen, the modules
+    `below` them (the embeddings); returns how many layers froze. None, or a count >= the number of
+    layers, changes nothing."""
+    if trainable_layers is None or trainable_layers >= len(layers):
+        return 0
+    frozen = len(layers) - trainable_layers
+    for module in [*layers[:frozen], *below]:
+        module.requires_grad_(False)
+    return frozen
+
+
 def freeze_lower_layers(model: Any, trainable_layers: int) -> dict[str, int]:
     """Freeze all but the top `trainable_layers` decoder layers (and the input embedding's gradient
     path); returns the counts of trainable and frozen parameters. `trainable_layers` >= the number of
     layers changes nothing."""
     layers = _decoder_layers(model)
-    frozen = max(0, len(layers) - trainable_layers)
-    if frozen == 0:
-        return {"trainable": sum(p.numel() for p in model.parameters()), "frozen": 0, "frozen_layers": 0}
     embedding = model.get_input_embeddings()
     output = model.get_output_embeddings()
     tied = output is not None and output.weight is embedding.weight
-    for layer in layers[:frozen]:
-        layer.requires_grad_(False)
-    if not tied:
-        embedding.requires_grad_(False)
+    frozen = freeze_bottom(layers, trainable_layers, *(() if tied else (embedding,)))
+    if frozen == 0:
+        return {"trainable": sum(p.numel() for p in model.parameters()), "frozen": 0, "frozen_layers": 0}
     embedding.register_forward_hook(_detach_output)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in model.parameters())
