@@ -92,8 +92,8 @@ def app_cfg(tiny_model_dir, index_cfg, evaluator_dir) -> RaypipeConfig:
     crag = CRAGSettings(max_new_tokens=8, upper=0.0, lower=-0.2)
     methods = MethodsConfig(selfrag=selfrag, crag=crag, self_reasoning=SelfReasoningSettings(max_new_tokens=8))
     return RaypipeConfig(serve=serve, engine=EngineConfig(kind="hf"), methods=methods,
-                         retrieval=index_cfg,
-                         crag=CRAGConfig(lm=str(tiny_model_dir), evaluator=EvaluatorConfig(path=str(evaluator_dir))))
+                         retrieval=index_cfg, instruct_lm=str(tiny_model_dir),
+                         crag=CRAGConfig(evaluator=EvaluatorConfig(path=str(evaluator_dir))))
 
 
 @pytest.fixture(scope="module")

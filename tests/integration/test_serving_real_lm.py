@@ -22,7 +22,6 @@ from raypipe.eval.citations import WorldChecker
 from raypipe.jobs.serve import serve_sections
 from raypipe.methods.direct.settings import DirectSettings
 from raypipe.retrieval.types import Passage
-from raypipe.settings.crag_tools import CRAGConfig
 from raypipe.settings.models import EngineConfig
 from raypipe.settings.teachers import QualityConfig, TeacherConfig
 from raypipe.trajectories.dataset import funnel, judge_reply
@@ -51,7 +50,7 @@ def url(ray_cluster, smollm2_dir, tiny_model_dir):
                             methods=["direct"], default_method="direct", generator_cpus=0.25, min_replicas=1,
                             max_replicas=1, auth_token_env="RAYPIPE_TEST_REAL_LM_TOKEN_UNSET")
     cfg = RaypipeConfig(serve=serve_cfg, engine=EngineConfig(kind="vllm", precision="fp32"),
-                        crag=CRAGConfig(lm=str(smollm2_dir)),
+                        instruct_lm=str(smollm2_dir),
                         methods=MethodsConfig(direct=DirectSettings(max_new_tokens=24)))
     try:
         yield start_app(serve_sections(cfg))
