@@ -262,7 +262,15 @@ class RaypipeConfig(Section):
     @model_validator(mode="after")
     def _derive_paths(self) -> RaypipeConfig:
         derive_paths(self)
-        for name in MethodsConfig.model_fields:  # a method's K is retrieval.top_k unless its section sets one
+        if self.serve.default_method not in self.serve.methods:
+            raise ValueError(f"serve.default_method={self.serve.default_method!r} is not among serve.methods "
+                             f"{self.serve.methods}")
+        return self
+
+    @model_validator(mode="after")
+    def _derive_method_k(self) -> RaypipeConfig:
+        """A method's K is `retrieval.top_k` unless its own section sets one."""
+        for name in MethodsConfig.model_fields:
             section = getattr(self.methods, name)
             if "top_k" not in section.model_fields_set and section.top_k != self.retrieval.top_k:
                 # a copy, since the section may be the caller's object; object.__setattr__ keeps the key out
@@ -270,9 +278,6 @@ class RaypipeConfig(Section):
                 section = section.model_copy()
                 object.__setattr__(section, "top_k", self.retrieval.top_k)
                 object.__setattr__(self.methods, name, section)
-        if self.serve.default_method not in self.serve.methods:
-            raise ValueError(f"serve.default_method={self.serve.default_method!r} is not among serve.methods "
-                             f"{self.serve.methods}")
         return self
 
 

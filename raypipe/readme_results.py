@@ -126,12 +126,13 @@ def demo_times_block(times: dict[str, Any], path: str) -> str:
     stages = sorted(times["stages"].items(), key=lambda kv: -kv[1])[:3]
     longest = ", ".join(f"{name} {seconds / 60:.1f}" for name, seconds in stages)
     disk = times.get("disk_bytes", {})
-    left = f" It left {disk['run_dir'] / 1e9:.1f} GB in its run folder" if "run_dir" in disk else ""
-    if left and "venv" in disk:
-        left += f", beside a {disk['venv'] / 1e9:.1f} GB `.venv`"
+    left = ""
+    if "run_dir" in disk:
+        venv = f", beside a {disk['venv'] / 1e9:.1f} GB `.venv`" if "venv" in disk else ""
+        left = f" It left {disk['run_dir'] / 1e9:.1f} GB in its run folder{venv}."
     return (f"`make demo` took **{times['total_s'] / 60:.1f} min** of demo clock on {times['when'][:10]} "
-            f"({times['cpu']}, {times['cores']} cores; the longest stages in minutes: {longest}).{left}"
-            f"{'.' if left else ''} From [{path}]({path}).")
+            f"({times['cpu']}, {times['cores']} cores; the longest stages in minutes: {longest}).{left} "
+            f"From [{path}]({path}).")
 
 
 def test_time_block(session: dict[str, Any], path: str) -> str:

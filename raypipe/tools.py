@@ -1,6 +1,7 @@
 """The tools layer: how each kind of tool a method decodes with is built, in the one place that eval's
-actors and serving's deployments share. A method receives built tools in a `Toolkit` and only decodes;
-it never constructs a model or a client from its settings.
+actors and serving's deployments share. A method receives its models and indexes as built tools in a
+`Toolkit` (CRAG's HTTP query rewriter, whose endpoint a request's settings name, is the one client a
+method still builds itself: raypipe.methods.crag.rewrite).
 
     engine     the generator (Self-RAG's, or a method's own model): its folder on `engine`'s settings
     lm         the plain instruct LM (`instruct_lm`: CRAG's and RAG's generator, CRAG's rewriter), same engine

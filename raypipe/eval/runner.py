@@ -345,8 +345,16 @@ def _run_record(cfg: EvalSections) -> dict[str, Any]:
     encoder = cfg.retrieval.encoder
     return {**provenance(), "command": shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]),
             "retriever": f"{encoder.kind}{' ' + encoder.path if encoder.path else ''} over "
-                         f"{cfg.retrieval.index.out_dir} ({cfg.retrieval.index.factory}), K = {cfg.retrieval.top_k}",
+                         f"{cfg.retrieval.index.out_dir} ({cfg.retrieval.index.factory}), {_k_of(cfg)}",
             "limit": cfg.eval.limit}
+
+
+def _k_of(cfg: EvalSections) -> str:
+    """The evaluated methods' K: one figure when they share it, else each method's."""
+    ks = {m: getattr(cfg.methods, m).top_k for m in cfg.eval.methods}
+    if len(set(ks.values())) <= 1:
+        return f"K = {next(iter(ks.values()), cfg.retrieval.top_k)}"
+    return "K per method: " + ", ".join(f"{m} {k}" for m, k in ks.items())
 
 
 def _pair(recall: float | None, precision: float | None) -> str:

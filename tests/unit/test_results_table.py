@@ -167,3 +167,12 @@ def test_a_results_config_runs_every_method_once_on_its_worlds_sets(table, world
     # Self-Reasoning answers with the model its own config trains
     trained = load_config(configs / trainer).training.self_reasoning.out_dir
     assert cfg.eval.generators == {"self_reasoning": trained}
+
+
+def test_the_results_header_names_each_methods_k_when_they_differ():
+    from raypipe.eval.runner import _k_of
+
+    shared = load_config(None, ["eval.methods=[selfrag,rag]", "retrieval.top_k=4"])
+    assert _k_of(eval_sections(shared)) == "K = 4"
+    own = load_config(None, ["eval.methods=[selfrag,rag]", "retrieval.top_k=4", "methods.rag.top_k=2"])
+    assert _k_of(eval_sections(own)) == "K per method: selfrag 4, rag 2"
