@@ -55,7 +55,7 @@ def write_quick_rows(work: Path, n: int = 512) -> tuple[Path, list[dict[str, str
 
 def padding_ratio(dataset: Any, tc: Any) -> float:
     """Padded tokens per real token over one epoch of the loop's own micro-batches."""
-    from raypipe.training.loop import micro_batches
+    from raypipe.training.lm_task import micro_batches
 
     real = padded = 0
     for batch in micro_batches(dataset, tc, epoch=0):

@@ -1,5 +1,5 @@
 """`raypipe train critic` with `training.critic.kind: encoder` (raypipe.jobs.train): the encoder critic fine-tuned on D_critic
-on Ray Train, by the small-classifier loop it shares with CRAG's evaluator (`raypipe.training.classifier`).
+on Ray Train as a small classifier, like CRAG's evaluator (`raypipe.training.classifier`).
 
 Layout under `training.critic.out_dir` (the conventions of `raypipe train`)::
 
@@ -32,8 +32,9 @@ from raypipe.errors import ConfigError, DataError
 from raypipe.prompts import ASPECT_LABELS, Aspect
 from raypipe.settings.cluster import RayConfig
 from raypipe.settings.training import CriticTrainConfig
-from raypipe.training.classifier import ClassifierRun, ClassifierTask, fit_classifier, model_device
+from raypipe.training.classifier import ClassifierRun, ClassifierTask, fit_classifier
 from raypipe.training.finished import finished_summary, mark_finished
+from raypipe.training.task import model_device
 from raypipe.training.trainer import check_positions
 
 logger = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""What CRAG's retrieval evaluator brings to the shared classifier loop (`raypipe.training.classifier`):
+"""What CRAG's retrieval evaluator brings to the training loop as a small classifier (`raypipe.training.classifier`):
 its cross-encoder and its loss, the MSE between tanh(head) and the +1 / -1 label (CRAG §4.2, App. B.3:
 the paper regresses T5-large to the same targets)."""
 
@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from raypipe.prompts import as_document
-from raypipe.training.classifier import ClassifierTask, model_device
+from raypipe.training.classifier import ClassifierTask
+from raypipe.training.task import model_device
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ Layout under `crag.train.out_dir` (the conventions of `raypipe train`)::
     checkpoints/evaluator/      Ray Train run storage: model + optimizer + position, every
                                 `checkpoint_every` steps; an interrupted run resumes from the latest
 
-The run is the small-classifier loop the encoder critic shares (`raypipe.training.classifier`, over
-the harness every Ray Train job shares); what is the evaluator's own is its data, its model and loss
+The run is a small classifier, as the encoder critic is (`raypipe.training.classifier`, through the one
+worker loop and harness every Ray Train job shares); what is the evaluator's own is its data, its model and loss
 (`raypipe.evaluator_training.task`) and the manifest beside the export.
 """
 

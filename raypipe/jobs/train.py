@@ -1,7 +1,7 @@
 """`raypipe train critic|generator|self-reasoning`: the training job. An LM (either critic kind's LM,
-the generator, the Self-Reasoning model) trains through the DeepSpeed trainer (raypipe.training); the
-encoder critic (`training.critic.kind: encoder`) through the small-classifier loop it shares with
-CRAG's evaluator (raypipe.critic.encoder_train)."""
+the generator, the Self-Reasoning model) trains with DeepSpeed (raypipe.training.trainer); the encoder
+critic (`training.critic.kind: encoder`) as a small classifier, like CRAG's evaluator, on plain torch
+(raypipe.critic.encoder_train); both through the one worker loop (raypipe.training.loop)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,13 @@
-"""Checkpoints: DeepSpeed's sharded state plus our position in the data, reported to Ray Train.
+"""Checkpoints: the strategy's model and optimizer state plus our position in the data, reported to Ray
+Train.
 
-Every rank writes its own ZeRO partition into a local folder and reports it; Ray Train merges the
-folders into one checkpoint directory in the run's storage (distributed checkpointing). Rank 0 adds
-`train_state.json`: the optimizer step, the epoch, the micro-batches consumed in that epoch and the
-metric history, which is what lets a restarted worker group continue at the same step on the same
-data (Ray Train hands the latest checkpoint back through ``get_checkpoint()``).
+Every rank writes its share (`WorkerStrategy.save`: a ZeRO partition, or on rank 0 the whole model)
+into a local folder and reports it; Ray Train merges the folders into one checkpoint directory in the
+run's storage (distributed checkpointing). Rank 0 adds `train_state.json`: the optimizer step, the
+epoch, the micro-batches consumed in that epoch and the metric history, which is what lets a
+restarted worker group continue at the same step on the same data (Ray Train hands the latest
+checkpoint back through ``get_checkpoint()``). The final checkpoint also holds the exported model in
+`model/`, which the harness copies out.
 """
 
 from __future__ import annotations
@@ -14,10 +17,11 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-#: DeepSpeed checkpoint tag (subfolder) inside each checkpoint directory
-DS_TAG = "ds"
+if TYPE_CHECKING:
+    from raypipe.training.strategy import WorkerStrategy
+
 STATE_FILE = "train_state.json"
 #: subfolder of the final checkpoint holding the exported HF model
 MODEL_DIR = "model"
@@ -40,24 +44,26 @@ class TrainState:
         return cls(**json.loads((folder / STATE_FILE).read_text()))
 
 
-def save_checkpoint(engine: Any, state: TrainState, metrics: dict[str, Any], rank: int,
+def save_checkpoint(strategy: WorkerStrategy, state: TrainState, metrics: dict[str, Any], rank: int,
                     add_files: Callable[[Path], None] | None = None) -> None:
-    """Collective: every rank saves its shard and calls ``ray.train.report`` (a barrier in Ray Train).
+    """Collective: every rank saves its share and calls ``ray.train.report`` (a barrier in Ray Train).
     `add_files(folder)` runs on every rank before the report (the final export writes there)."""
     import ray.train
 
     with tempfile.TemporaryDirectory(prefix="raypipe-ckpt-") as tmp:
         folder = Path(tmp)
-        engine.save_checkpoint(str(folder), tag=DS_TAG)
+        strategy.save(folder, rank)
         if rank == 0:
             state.save(folder)
         if add_files is not None:
             add_files(folder)
-        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(str(folder)))
+        # a rank that holds nothing of the model (plain torch's other ranks) reports no folder
+        written = any(folder.iterdir())
+        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(str(folder)) if written else None)
 
 
-def restore_checkpoint(engine: Any) -> TrainState | None:
-    """Load the latest reported checkpoint into `engine` (weights, optimizer, lr schedule) and return
+def restore_checkpoint(strategy: WorkerStrategy) -> TrainState | None:
+    """Load the latest reported checkpoint into `strategy` (weights, optimizer, lr schedule) and return
     the saved position; None on a fresh start."""
     import ray.train
 
@@ -65,5 +71,5 @@ def restore_checkpoint(engine: Any) -> TrainState | None:
     if checkpoint is None:
         return None
     with checkpoint.as_directory() as folder:
-        engine.load_checkpoint(folder, tag=DS_TAG)
+        strategy.load(Path(folder))
         return TrainState.load(Path(folder))

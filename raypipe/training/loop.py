@@ -1,10 +1,13 @@
-"""The per-worker training loop: one function that Ray Train runs on every worker.
+"""The one per-worker training loop Ray Train runs on every worker, for every model raypipe trains: the
+LMs (DeepSpeed ZeRO-3) and the small encoders (plain torch under DDP), which differ only in their
+`TrainTask` (model, batches, loss, export) and their `WorkerStrategy` (wrapping, stepping, checkpoint
+state).
 
-Shape follows Ray's ``deepspeed_finetune`` example: load the model, ``deepspeed.initialize`` with
-ZeRO (torch AdamW + linear warmup/decay, Self-RAG App. B.1), iterate this worker's shard, checkpoint
-through ``ray.train.report``. A restarted worker group restores the latest checkpoint and skips the
-micro-batches its epoch had already consumed: the shard order is deterministic (``data.py``) and the
-per-epoch shuffle is seeded by ``seed + epoch``, so the skipped batches are exactly the consumed ones.
+Shape follows Ray's ``deepspeed_finetune`` example: load the model, wrap it with torch AdamW and a
+linear warmup/decay (Self-RAG App. B.1), iterate this worker's batches, checkpoint through
+``ray.train.report``. A restarted worker group restores the latest checkpoint and skips the
+micro-batches its epoch had already consumed: a task gives the same batches for the same epoch, so
+the skipped batches are exactly the consumed ones.
 """
 
 from __future__ import annotations
@@ -12,69 +15,39 @@ from __future__ import annotations
 import json
 import logging
 import os
-import random
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from raypipe.runtime import WORKER_ENV, use_installed_ninja
-from raypipe.settings.training import ModelTrainConfig, TrainStage
-from raypipe.training.batching import SIZE_WINDOW_BATCHES, length_grouped_micro_batches
+from raypipe.runtime import WORKER_ENV
 from raypipe.training.checkpoint import MODEL_DIR, TrainState, restore_checkpoint, save_checkpoint
-from raypipe.training.precision import worker_autocasts
+from raypipe.training.strategy import WorkerStrategy
+from raypipe.training.task import TrainTask
 
 logger = logging.getLogger(__name__)
 
 
-def _param_groups(model: Any, weight_decay: float) -> list[dict[str, Any]]:
-    """Decay matrices only: biases and norm gains are not regularized (the usual LM fine-tuning rule).
-    Frozen parameters (`trainable_layers`) are left out of the optimizer."""
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    decay = [p for p in trainable if p.ndim >= 2]
-    no_decay = [p for p in trainable if p.ndim < 2]
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+@dataclass(frozen=True)
+class LoopPlan:
+    """One run's schedule, planned on the driver: `total_steps` optimizer steps of `grad_accum`
+    micro-batches, `micro_batches_per_epoch` per worker and epoch; AdamW at peak `lr` warmed up over
+    `warmup_steps`; a checkpoint every `checkpoint_every` steps and at each epoch's end; a log line
+    and a metrics report every `log_every` steps."""
 
-
-def micro_batches(shard: Any, tc: ModelTrainConfig, epoch: int) -> Iterator[dict[str, Any]]:
-    """One epoch of this worker's shard in micro-batches, shuffled by a buffer seeded with seed + epoch
-    (so a resumed worker can skip exactly the consumed ones), length-grouped if the config asks."""
-    window = tc.micro_batch_size * (SIZE_WINDOW_BATCHES if tc.group_by_length else 1)
-    batches = shard.iter_batches(batch_size=window, batch_format="numpy", drop_last=not tc.group_by_length,
-                                 local_shuffle_buffer_size=tc.shuffle_buffer_rows, local_shuffle_seed=tc.seed + epoch)
-    if not tc.group_by_length:
-        return iter(batches)
-    return length_grouped_micro_batches(batches, tc.micro_batch_size, random.Random(tc.seed + epoch))
-
-
-def _build_engine(config: dict[str, Any], tc: ModelTrainConfig, stage: TrainStage, autocast: bool) -> tuple[Any, Any]:
-    import deepspeed
-    import torch
-    from transformers import get_linear_schedule_with_warmup
-
-    from raypipe.models import load_model
-    from raypipe.training.freeze import freeze_lower_layers
-    from raypipe.training.target_loss import TargetLossLM, computes_same_logits
-
-    total, warmup = config["total_steps"], config["warmup_steps"]
-    torch.manual_seed(tc.seed)
-    model, tokenizer = load_model(config["base_model"], dtype=getattr(torch, config["dtype"]), device="cpu")
-    model.config.use_cache = False
-    layers = stage.layers(tc.trainable_layers)
-    if layers is not None:
-        freeze_lower_layers(model, layers)
-    model.train()
-    optimizer = torch.optim.AdamW(_param_groups(model, tc.weight_decay), lr=stage.lr)
-    trained = TargetLossLM(model) if computes_same_logits(model, len(tokenizer)) else model
-    ds_config = config["ds_config"]
-    if autocast:  # DeepSpeed's own autocast wraps the engine's forward (its `torch_autocast` section)
-        ds_config = {**ds_config, "torch_autocast": {"enabled": True, "dtype": "bfloat16"}}
-    engine, *_ = deepspeed.initialize(
-        model=trained, optimizer=optimizer, config=ds_config, dist_init_required=False,
-        lr_scheduler=lambda opt: get_linear_schedule_with_warmup(opt, warmup, total),
-    )
-    return engine, tokenizer
+    name: str
+    base_model: str
+    total_steps: int
+    micro_batches_per_epoch: int
+    lr: float
+    weight_decay: float
+    warmup_steps: int
+    seed: int
+    metrics_log: str
+    grad_accum: int = 1
+    checkpoint_every: int = 100
+    log_every: int = 10
+    use_gpu: bool = False
 
 
 def _all_reduce(values: list[float], op: str) -> list[float]:
@@ -88,25 +61,27 @@ def _all_reduce(values: list[float], op: str) -> list[float]:
 
 @dataclass
 class StepMeter:
-    """Loss and tokens of the micro-batches of one optimizer step; `close` sums them over ranks."""
+    """Loss and size (tokens, rows) of the micro-batches of one optimizer step; `close` sums them over
+    ranks."""
 
     loss: float = 0.0
     micro_batches: int = 0
-    tokens: int = 0
+    size: int = 0
     start: float = field(default_factory=time.perf_counter)
 
-    def add(self, loss: float, tokens: int) -> None:
+    def add(self, loss: float, size: int) -> None:
         self.loss += loss
         self.micro_batches += 1
-        self.tokens += tokens
+        self.size += size
 
-    def close(self, step: int, epoch: int, lr: float) -> dict[str, Any]:
-        """The step's record (mean loss over all ranks' micro-batches, global tokens/s); resets."""
-        loss, micro, tokens = _all_reduce([self.loss, self.micro_batches, self.tokens], "SUM")
+    def close(self, step: int, epoch: int, lr: float, unit: str) -> dict[str, Any]:
+        """The step's record (mean loss over all ranks' micro-batches, the global size and its rate,
+        named by `unit`); resets."""
+        loss, micro, size = _all_reduce([self.loss, self.micro_batches, self.size], "SUM")
         seconds = time.perf_counter() - self.start
-        self.loss, self.micro_batches, self.tokens, self.start = 0.0, 0, 0, time.perf_counter()
-        return {"step": step, "epoch": epoch, "loss": loss / micro, "lr": lr, "tokens": int(tokens),
-                "seconds": seconds, "tokens_per_s": tokens / seconds}
+        self.loss, self.micro_batches, self.size, self.start = 0.0, 0, 0, time.perf_counter()
+        return {"step": step, "epoch": epoch, "loss": loss / micro, "lr": lr, unit: int(size),
+                "seconds": seconds, f"{unit}_per_s": size / seconds}
 
     def restart_clock(self) -> None:
         """Checkpoint time is not training throughput."""
@@ -130,90 +105,109 @@ class MetricsLog:
                 fh.write(json.dumps(line) + "\n")
 
 
-def train_loop_per_worker(config: dict[str, Any]) -> None:
-    """Ray Train entry point. `config` is built by ``trainer.fit_stage``."""
-    for key, value in WORKER_ENV.items():
-        os.environ.setdefault(key, value)
-    use_installed_ninja()
+def next_epoch_at_its_end(state: TrainState, micro_batches_per_epoch: int) -> TrainState:
+    """A restored position at an epoch's end is the next epoch's start (the classifier loop before the
+    merged one saved its last step of an epoch so)."""
+    if state.micro_batches_done >= micro_batches_per_epoch:
+        state.epoch, state.micro_batches_done = state.epoch + 1, 0
+    return state
+
+
+def _step_loop(plan: LoopPlan, task: TrainTask, strategy: WorkerStrategy, tokenizer: Any, state: TrainState,
+               rank: int, world: int, metrics_log: MetricsLog) -> dict[str, int]:
+    """Train from `state` to `plan.total_steps`; returns the model-state bytes this rank held."""
     import ray.train
-    import torch
 
-    from raypipe.training.data import collate
-    from raypipe.training.export import export_hf_folder
-    from raypipe.training.memory import model_state_bytes, peak_memory_mib
-
-    tc = ModelTrainConfig.model_validate(config["train"])
-    stage = TrainStage.model_validate(config["stage"])
-    total, micro_per_epoch = config["total_steps"], config["micro_batches_per_epoch"]
-    rank = ray.train.get_context().get_world_rank()
-    if config["use_gpu"]:
-        torch.cuda.set_device(ray.train.torch.get_device())
-    autocast = worker_autocasts(tc.precision, config["use_gpu"])
-    precision = "autocast" if autocast else "bf16" if config["dtype"] == "bfloat16" else "fp32"
-    if rank == 0:
-        logger.info("precision: %s", precision)
-    engine, tokenizer = _build_engine(config, tc, stage, autocast)
-    restored = restore_checkpoint(engine)
-    state = restored or TrainState()
-    start_step = state.step
-    if restored is not None:
-        logger.info("rank %d resumed at step %d (epoch %d, micro-batch %d)", rank, state.step, state.epoch,
-                    state.micro_batches_done)
-    metrics_log = MetricsLog(Path(config["metrics_log"]), rank, start_step, total)
-    shard = ray.train.get_dataset_shard("train")
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    epoch_batches = task.epoch_batches(rank, world)
     state_bytes: dict[str, int] = {}
     meter = StepMeter()
-
-    while state.step < total:
-        batches = micro_batches(shard, tc, state.epoch)
+    while state.step < plan.total_steps:
         epoch_end = False
-        for index, batch in enumerate(batches):
+        for index, batch in enumerate(epoch_batches(state.epoch)):
             if index < state.micro_batches_done:
                 continue  # consumed before the checkpoint this attempt resumed from
-            inputs = {k: v.to(engine.device) for k, v in collate(batch, pad_id).items()}
-            loss = engine(**inputs).loss
-            engine.backward(loss)
-            boundary = (index + 1) % tc.grad_accum == 0
+            with strategy.autocast():
+                loss, size = task.loss(strategy.model, tokenizer, batch)
+            strategy.backward(loss)
+            boundary = (index + 1) % plan.grad_accum == 0
             if boundary and state.step >= 1 and not state_bytes:
-                state_bytes = model_state_bytes(engine)  # gradients exist now, optimizer states too
-            lr = engine.get_lr()[0]
-            engine.step()
-            meter.add(loss.item(), int(inputs["attention_mask"].sum()))
+                state_bytes = strategy.state_bytes()  # gradients exist now, optimizer states too
+            lr = strategy.lr()
+            strategy.step(boundary)
+            meter.add(loss.item(), size)
             state.micro_batches_done = index + 1
             if not boundary:
                 continue
             state.step += 1
-            record = meter.close(state.step, state.epoch, lr)
+            record = meter.close(state.step, state.epoch, lr, task.unit)
             state.history.append(record)
             metrics_log.write(record)
-            epoch_end = state.micro_batches_done >= micro_per_epoch
+            epoch_end = state.micro_batches_done >= plan.micro_batches_per_epoch
             if epoch_end:
                 state.epoch, state.micro_batches_done = state.epoch + 1, 0
-            if state.step >= total:
+            if state.step >= plan.total_steps:
                 break
-            if epoch_end or state.step % tc.checkpoint_every == 0:
-                save_checkpoint(engine, state, record, rank)
+            if epoch_end or state.step % plan.checkpoint_every == 0:
+                save_checkpoint(strategy, state, record, rank)
                 meter.restart_clock()
-            elif state.step % tc.log_every == 0:
+            elif state.step % plan.log_every == 0:
                 ray.train.report(record)
-            if rank == 0 and (state.step % tc.log_every == 0 or epoch_end):
-                logger.info("[%s] step %d/%d epoch %d loss %.4f lr %.3g tokens/s %.0f", stage.name, state.step,
-                            total, record["epoch"], record["loss"], lr, record["tokens_per_s"])
+            if rank == 0 and (state.step % plan.log_every == 0 or epoch_end):
+                logger.info("[%s] step %d/%d epoch %d loss %.4f lr %.3g %s/s %.0f", plan.name, state.step,
+                            plan.total_steps, record["epoch"], record["loss"], lr, task.unit,
+                            record[f"{task.unit}_per_s"])
             if epoch_end:
                 break
-        if state.step < total and not epoch_end:
-            raise RuntimeError(f"rank {rank}: the shard of epoch {state.epoch} ended after "
-                               f"{state.micro_batches_done} micro-batches, planned {micro_per_epoch}")
+        if state.step < plan.total_steps and not epoch_end:
+            raise RuntimeError(f"rank {rank}: the batches of epoch {state.epoch} ended after "
+                               f"{state.micro_batches_done} micro-batches, planned {plan.micro_batches_per_epoch}")
+    return state_bytes
+
+
+def train_loop_per_worker(config: dict[str, Any]) -> None:
+    """Ray Train entry point. `config` holds the run's `plan` (LoopPlan), `task` (TrainTask) and
+    `strategy` (WorkerStrategy), built by the job's driver (`trainer.fit_stage`, `classifier.fit_classifier`)."""
+    for key, value in WORKER_ENV.items():
+        os.environ.setdefault(key, value)
+    import ray.train
+    import torch
+
+    from raypipe.training.memory import peak_memory_mib
+
+    plan: LoopPlan = config["plan"]
+    task: TrainTask = config["task"]
+    strategy: WorkerStrategy = config["strategy"]
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    if plan.use_gpu:
+        torch.cuda.set_device(ray.train.torch.get_device())
+    torch.manual_seed(plan.seed)
+    model, tokenizer = task.load(plan.base_model)
+    model.train()
+    optimizer = torch.optim.AdamW(task.param_groups(model, plan.weight_decay), lr=plan.lr)
+    strategy.prepare(model, optimizer, plan.warmup_steps, plan.total_steps, plan.use_gpu)
+    if rank == 0:
+        logger.info("[%s] precision: %s", plan.name, strategy.precision)
+    restored = restore_checkpoint(strategy)
+    state = next_epoch_at_its_end(restored or TrainState(), plan.micro_batches_per_epoch)
+    start_step = state.step
+    if restored is not None:
+        logger.info("rank %d resumed at step %d (epoch %d, micro-batch %d)", rank, state.step, state.epoch,
+                    state.micro_batches_done)
+    metrics_log = MetricsLog(Path(plan.metrics_log), rank, start_step, plan.total_steps)
+    state_bytes = _step_loop(plan, task, strategy, tokenizer, state, rank, world, metrics_log)
 
     peak, model_state = _all_reduce([peak_memory_mib(), state_bytes.get("total", 0)], "MAX")
-    state.summary = {"steps": state.step, "precision": precision, "resumed_from_step": start_step if restored else None,
+    state.summary = {"steps": state.step, "precision": strategy.precision,
+                     "resumed_from_step": start_step if restored else None,
                      "final_loss": state.history[-1]["loss"] if state.history else None,
                      "peak_memory_mib": peak, "model_state_mib_per_rank": model_state / 2**20,
                      "model_state_bytes_rank0": state_bytes}
 
     def export(folder: Path) -> None:
-        export_hf_folder(engine, tokenizer, folder / MODEL_DIR, rank, config["prompt_format"])
+        state_dict = strategy.full_state_dict(rank)  # collective: every rank takes part in the gather
+        if rank == 0:
+            task.export(strategy.module, state_dict, tokenizer, folder / MODEL_DIR)
 
-    save_checkpoint(engine, state, {**(state.history[-1] if state.history else {}), **state.summary}, rank,
+    save_checkpoint(strategy, state, {**(state.history[-1] if state.history else {}), **state.summary}, rank,
                     add_files=export)

@@ -54,11 +54,11 @@ def _inner_optimizer(optimizer: Any) -> torch.optim.Optimizer:
     return getattr(optimizer, "optimizer", optimizer)
 
 
-def model_state_bytes(engine: Any) -> dict[str, int]:
-    """Bytes of parameters, gradients and optimizer states held by this rank. Call it after a backward
-    and after at least one optimizer step, when all three exist."""
-    params = list(engine.module.parameters())
-    optimizer = engine.optimizer
+def model_state_bytes(module: Any, optimizer: Any) -> dict[str, int]:
+    """Bytes of parameters, gradients and optimizer states held by this rank: `module`'s and those of
+    `optimizer` (a torch optimizer or DeepSpeed's ZeRO wrapper of one). Call it after a backward and
+    after at least one optimizer step, when all three exist."""
+    params = list(module.parameters())
     flat_masters = list(_buffers(optimizer, _MASTER_BUFFERS))
     categories = {
         "params": [_held_weights(p) for p in params] + list(_buffers(optimizer, _PARAM_BUFFERS)),

@@ -98,30 +98,30 @@ def fit_stage(tc: ModelTrainConfig, stage: TrainStage, base_model: str, data: St
     from ray.data import ExecutionOptions
     from ray.train import DataConfig
 
-    from raypipe.training.loop import train_loop_per_worker
+    from raypipe.training.lm_task import LMTask
+    from raypipe.training.loop import LoopPlan, train_loop_per_worker
+    from raypipe.training.strategy import DeepSpeedStrategy
 
     start = time.perf_counter()
     use_gpu = choose_gpu(tc)
     bf16 = trains_in_bf16(tc.precision, use_gpu)
-    ds_config = load_deepspeed_config(tc, bf16=bf16)
     plan = data.plan
     total = plan.total_steps(stage.epochs)
     metrics_log = work_dir / "logs" / f"{stage.name}.metrics.jsonl"
-    loop_config = {
-        # the loop reads the keys every trainer shares; a kind's own keys (the critic's encoder_*) stay here
-        "train": tc.model_dump(include=set(ModelTrainConfig.model_fields)), "stage": stage.model_dump(), "base_model": base_model,
-        "ds_config": ds_config, "dtype": "bfloat16" if bf16 else "float32", "use_gpu": use_gpu,
-        "total_steps": total, "warmup_steps": math.ceil(tc.warmup_ratio * total),
-        "micro_batches_per_epoch": plan.micro_batches_per_epoch, "metrics_log": str(metrics_log),
-        "prompt_format": prompt_format,
-    }
+    loop_plan = LoopPlan(name=stage.name, base_model=base_model, total_steps=total,
+                         micro_batches_per_epoch=plan.micro_batches_per_epoch, lr=stage.lr,
+                         weight_decay=tc.weight_decay, warmup_steps=math.ceil(tc.warmup_ratio * total), seed=tc.seed,
+                         metrics_log=str(metrics_log), grad_accum=tc.grad_accum,
+                         checkpoint_every=tc.checkpoint_every, log_every=tc.log_every, use_gpu=use_gpu)
+    task = LMTask(tc, stage.layers(tc.trainable_layers), "bfloat16" if bf16 else "float32", prompt_format)
+    strategy = DeepSpeedStrategy(load_deepspeed_config(tc, bf16=bf16), tc.precision, bf16)
     logger.info("stage %s: %d rows, global batch %d, %d steps/epoch, %d steps, %s, ZeRO-%d, %d %s workers",
                 stage.name, plan.rows, plan.global_batch, plan.steps_per_epoch, total,
                 "bf16" if bf16 else "fp32 weights", tc.zero_stage, tc.num_workers, "GPU" if use_gpu else "CPU")
     state = fit_and_export(
-        train_loop_per_worker, loop_config, tc, use_gpu=use_gpu, run_name=stage.name,
-        storage=work_dir / CHECKPOINTS_DIR, export_dir=export_dir, what=f"training stage {stage.name!r}",
-        datasets={"train": data.dataset},
+        train_loop_per_worker, {"plan": loop_plan, "task": task, "strategy": strategy}, tc, use_gpu=use_gpu,
+        run_name=stage.name, storage=work_dir / CHECKPOINTS_DIR, export_dir=export_dir,
+        what=f"training stage {stage.name!r}", datasets={"train": data.dataset},
         dataset_config=DataConfig(execution_options=ExecutionOptions(preserve_order=True),
                                   enable_shard_locality=False),
     )

@@ -53,7 +53,7 @@ def test_encoder_critic_beats_the_majority_label_on_every_aspect(ray_cluster, wo
     assert summary["kind"] == "encoder" and summary["steps"] > 0 and (out / SUCCESS).exists()
     assert not (out / "checkpoints").exists()  # removed once finished (keep_checkpoints_after_export)
     assert json.loads((out / MANIFEST).read_text())["kind"] == "critic-encoder"
-    # the shared classifier loop logged every step (what the demo's progress counter reads)
+    # the worker loop logged every step (what the demo's progress counter reads)
     steps = [json.loads(line)["step"] for line in (out / "logs" / "critic.metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(1, summary["steps"] + 1))
     # precision `auto`, decided on the worker: bf16 products where this CPU has them natively

@@ -1,12 +1,13 @@
 """Training batches: every row once per epoch, the same batches for a resumed worker, and
-length-grouped batches that carry less padding than plain shuffled ones, in the classifier loop
-(`epoch_batches`, rows in memory) and the LM loop (`length_grouped_micro_batches`, streamed windows)."""
+length-grouped batches that carry less padding than plain shuffled ones, for the classifiers
+(`epoch_batches`, rows in memory) and the LMs (`length_grouped_micro_batches`, streamed windows)."""
 
 from __future__ import annotations
 
 import random
 
 import numpy as np
+import pytest
 
 from raypipe.training.batching import SIZE_WINDOW_BATCHES, length_grouped_micro_batches
 from raypipe.training.classifier import epoch_batches
@@ -30,6 +31,17 @@ def test_size_grouped_batches_cover_every_row_once_across_ranks_and_repeat_for_a
     assert ids == list(range(1000))
     assert epoch_batches(rows, 3, 1, 2, 16, seed=5, sizes=sizes) == dealt[1]
     assert epoch_batches(rows, 4, 1, 2, 16, seed=5, sizes=sizes) != dealt[1]  # a new epoch, a new order
+
+
+@pytest.mark.parametrize("sized", [False, True])
+def test_uneven_rows_are_padded_so_every_rank_takes_the_same_number_of_steps(sized):
+    rows, sizes = _rows(33)
+    dealt = [epoch_batches(rows, 0, rank, 2, 4, seed=5, sizes=sizes if sized else None) for rank in range(2)]
+    assert [len(batches) for batches in dealt] == [5, 5]  # 17 rows each: DDP's ranks step together
+    ids = [r["id"] for batches in dealt for batch in batches for r in batch]
+    order = list(range(33))
+    random.Random(5).shuffle(order)
+    assert sorted(ids) == sorted([*range(33), order[0]])  # every row once, the epoch's first row twice
 
 
 def test_size_grouping_cuts_padding_and_keeps_batches_drawn_from_the_whole_data():

@@ -8,7 +8,7 @@ import socket
 import pytest
 import torch
 
-from raypipe.settings.training import GeneratorTrainConfig, TrainStage
+from raypipe.settings.training import GeneratorTrainConfig
 from raypipe.training import precision
 from raypipe.training.deepspeed_config import load_deepspeed_config
 from raypipe.training.precision import trains_in_bf16, worker_autocasts
@@ -51,12 +51,15 @@ def one_rank_group():
 @pytest.mark.parametrize("autocast", [True, False])
 def test_the_generator_engine_multiplies_in_bf16_under_autocast_and_keeps_fp32_weights(
         one_rank_group, tiny_model_dir, autocast):
-    from raypipe.training.loop import _build_engine
+    from raypipe.training.lm_task import LMTask
+    from raypipe.training.strategy import DeepSpeedStrategy
 
     tc = GeneratorTrainConfig(base_model=str(tiny_model_dir), num_workers=1, micro_batch_size=2, zero_stage=0)
-    config = {"base_model": str(tiny_model_dir), "dtype": "float32", "total_steps": 2, "warmup_steps": 0,
-              "ds_config": load_deepspeed_config(tc, bf16=False)}
-    engine, tokenizer = _build_engine(config, tc, TrainStage(), autocast)
+    model, tokenizer = LMTask(tc, None, "float32", "selfrag").load(str(tiny_model_dir))
+    strategy = DeepSpeedStrategy(load_deepspeed_config(tc, bf16=False), "autocast" if autocast else "fp32", False)
+    strategy.prepare(model, torch.optim.AdamW(model.parameters(), lr=1e-4), 0, 2, use_gpu=False)
+    engine = strategy.model
+    assert strategy.precision == ("autocast" if autocast else "fp32")
     products: list[torch.dtype] = []
     model = engine.module.lm if hasattr(engine.module, "lm") else engine.module
     model.model.layers[0].mlp.down_proj.register_forward_hook(lambda module, args, out: products.append(out.dtype))
