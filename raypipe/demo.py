@@ -151,11 +151,8 @@ def _show_answers(cfg: RaypipeConfig) -> dict[str, Any]:
 def _train(which: str) -> Stage:
     def stage(cfg: RaypipeConfig) -> dict[str, Any]:
         from raypipe.jobs.train import run_train
-        from raypipe.training.progress import training_progress
 
-        with training_progress(Path(getattr(cfg.training, which).out_dir) / "logs", f"{which} training",
-                               cfg.progress_every_s):
-            return run_train(cfg, which)
+        return run_train(cfg, which)  # its steps followed on stderr by the job
 
     return stage
 

@@ -75,3 +75,32 @@ def testlast_record_reads_the_newest_complete_line(tmp_path):
                    + '{"step": 3, "lo')  # a line still being written
     assert last_record(tmp_path, since=started) == {"step": 2, "loss": 1.5}
     assert last_record(tmp_path, since=time.time() + 60) is None  # an older run's log is not this run's
+
+
+def test_raypipe_train_into_a_pipe_prints_the_runs_steps(tmp_path, monkeypatch):
+    """`raypipe train` (and the demo, and a `ray job submit` of it) follows the run itself: not only
+    the demo's stages."""
+    from raypipe.config import RaypipeConfig
+    from raypipe.jobs import train as train_job
+    from raypipe.logs import PROGRESS_LOGGER
+
+    monkeypatch.setattr(progress, "POLL_S", 0.01)
+    monkeypatch.setattr(progress.sys.stderr, "isatty", lambda: False)
+    log = logging.getLogger(PROGRESS_LOGGER)
+    handler = _Lines()
+    log.addHandler(handler)
+    monkeypatch.setattr(log, "level", logging.INFO)
+
+    def fake_train_lm(section, which, ray_cfg):
+        MetricsLog(tmp_path / "logs" / "main.metrics.jsonl", rank=0, attempt_start_step=0,
+                   total_steps=10).write({"step": 3, "loss": 1.5})
+        assert handler.seen.wait(30), "no progress line while the run trained"
+        return {"model": section.out_dir}
+
+    monkeypatch.setattr(train_job, "train_lm", fake_train_lm)
+    cfg = RaypipeConfig.model_validate({"progress_every_s": 0.001, "training": {"generator": {"out_dir": str(tmp_path)}}})
+    try:
+        assert train_job.run_train(cfg, "generator") == {"model": str(tmp_path)}
+    finally:
+        log.removeHandler(handler)
+    assert handler.lines[0] == "generator training: step 3 of 10 (30%), loss 1.500"
