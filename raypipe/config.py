@@ -186,7 +186,8 @@ class ServeConfig(Section):
     #: CPU share of one retrieval-evaluator replica. CRAG's deployments are bound only when a served
     #: method uses them (the instruct LM gets a second Generator deployment, with generator_cpus)
     evaluator_cpus: float = Field(0.2, gt=0)
-    #: CPU share of one web search replica (CRAG's second source; bound as the evaluator)
+    #: CPU share of one web search replica (CRAG's second source; bound as the evaluator) and of the
+    #: `openai` query rewriter's (`crag.rewriter`), both HTTP clients
     web_cpus: float = Field(0.1, gt=0)
     #: GPU share of a Generator replica when the cluster has GPUs (then vLLM schedules its own batches)
     generator_gpus: float = Field(1.0, gt=0)
@@ -230,6 +231,8 @@ MOVED_KEYS = {
     "serve.retriever_cpus": "serve.retrieval_cpus",
     "serve.retriever_replicas": "serve.retrieval_replicas",
     "crag.lm": "instruct_lm",
+    **{f"methods.{m}.rewriter_{k}": f"crag.rewriter.{k}" for m in ("crag", "selfcrag")
+       for k in ("url", "model", "api_key_env", "timeout_s")},
 }
 
 
@@ -278,6 +281,14 @@ class RaypipeConfig(Section):
                 section = section.model_copy()
                 object.__setattr__(section, "top_k", self.retrieval.top_k)
                 object.__setattr__(self.methods, name, section)
+        return self
+
+    @model_validator(mode="after")
+    def _openai_rewriter_has_an_endpoint(self) -> RaypipeConfig:
+        for name in MethodsConfig.model_fields:
+            if getattr(getattr(self.methods, name), "rewriter", None) == "openai" and not self.crag.rewriter.url:
+                raise ValueError(f"methods.{name}.rewriter=openai needs crag.rewriter.url (an OpenAI-compatible "
+                                 "server root, .../v1)")
         return self
 
 

@@ -1,13 +1,13 @@
 """The tools layer: how each kind of tool a method decodes with is built, in the one place that eval's
-actors and serving's deployments share. A method receives its models and indexes as built tools in a
-`Toolkit` (CRAG's HTTP query rewriter, whose endpoint a request's settings name, is the one client a
-method still builds itself: raypipe.methods.crag.rewrite).
+actors and serving's deployments share. A method receives its models, indexes and clients as built
+tools in a `Toolkit`; it builds none itself.
 
     engine     the generator (Self-RAG's, or a method's own model): its folder on `engine`'s settings
     lm         the plain instruct LM (`instruct_lm`: CRAG's and RAG's generator, CRAG's rewriter), same engine
     retriever  the dense index (`retrieval`)
     web        the second search source (`retrieval.fallback`: the local web index or an HTTP API)
     evaluator  CRAG's retrieval evaluator, a cross-encoder (`crag.evaluator`)
+    rewriter   CRAG's `openai` query rewriter, an OpenAI-compatible chat endpoint (`crag.rewriter`)
 
 Each loader imports its engine on first use, so a process that builds only a retriever never imports
 an inference engine.
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raypipe.methods.base import Toolkit, ToolName
-from raypipe.settings.crag_tools import EvaluatorConfig
+from raypipe.settings.crag_tools import EvaluatorConfig, RewriterConfig
 from raypipe.settings.models import EngineConfig
 from raypipe.settings.paths import default_path
 from raypipe.settings.retrieval import RetrievalConfig
@@ -37,6 +37,7 @@ class ToolSources:
     retrieval: RetrievalConfig
     lm: str = default_path("instruct_lm")
     evaluator: EvaluatorConfig = field(default_factory=EvaluatorConfig)
+    rewriter: RewriterConfig = field(default_factory=RewriterConfig)
 
 
 def _engine(sources: ToolSources) -> Any:
@@ -69,9 +70,16 @@ def _evaluator(sources: ToolSources) -> Any:
     return load_evaluator(sources.evaluator)
 
 
+def _rewriter(sources: ToolSources) -> Any:
+    from raypipe.methods.crag.rewrite import OpenAIRewriter
+
+    return OpenAIRewriter(sources.rewriter)
+
+
 #: tool kind -> its loader; every `ToolName` has one (tests/unit/test_tools.py)
 LOADERS: dict[ToolName, Callable[[ToolSources], Any]] = {
     "engine": _engine, "lm": _lm, "retriever": _retriever, "web": _web, "evaluator": _evaluator,
+    "rewriter": _rewriter,
 }
 
 

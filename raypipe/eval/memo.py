@@ -70,9 +70,21 @@ class MemoScorer:
         return _cached(self._scores, list(pairs), lambda idx: self.scorer.score([pairs[i] for i in idx]))
 
 
+class MemoRewriter:
+    """CRAG's `openai` query rewriter memoized per question: the ablations of one batch search the web
+    with the same questions, and each rewrite is a paid request."""
+
+    def __init__(self, rewriter: Any):
+        self.rewriter = rewriter
+        self._rewrites: dict[Hashable, Any] = {}
+
+    def rewrite(self, questions: Sequence[str]) -> list[Any]:
+        return _cached(self._rewrites, list(questions), lambda idx: self.rewriter.rewrite([questions[i] for i in idx]))
+
+
 #: the memo of each kind of tool
 MEMO_OF_KIND: dict[ToolKind, Callable[[Any], Any]] = {"engine": MemoEngine, "searcher": MemoSearcher,
-                                                      "scorer": MemoScorer}
+                                                      "scorer": MemoScorer, "rewriter": MemoRewriter}
 
 
 def memoized(toolkit: Toolkit) -> Toolkit:

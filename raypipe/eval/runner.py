@@ -38,7 +38,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +62,7 @@ from raypipe.methods.base import Variant
 from raypipe.provenance import provenance
 from raypipe.runtime import ensure_ray
 from raypipe.settings.cluster import RayConfig
-from raypipe.settings.crag_tools import EvaluatorConfig
+from raypipe.settings.crag_tools import EvaluatorConfig, RewriterConfig
 from raypipe.settings.data import SegmentationConfig
 from raypipe.settings.models import EngineConfig
 from raypipe.settings.retrieval import RetrievalConfig
@@ -84,8 +84,9 @@ Split = Callable[[str], list[str]]
 @dataclass(frozen=True)
 class EvalSections:
     """The config sections eval reads: its own, every method's settings, the index, the engine, the
-    two tool models' sources (the instruct LM's folder, CRAG's evaluator), the citation checker of
-    Self-Reasoning's quality control, the sentence splitter, and the Ray instance and progress cadence."""
+    tools' sources (the instruct LM's folder, CRAG's evaluator and `openai` rewriter), the citation
+    checker of Self-Reasoning's quality control, the sentence splitter, and the Ray instance and
+    progress cadence."""
 
     eval: EvalConfig
     methods: MethodsConfig
@@ -97,6 +98,7 @@ class EvalSections:
     segmentation: SegmentationConfig
     ray: RayConfig
     progress_every_s: float
+    rewriter: RewriterConfig = field(default_factory=RewriterConfig)
 
 
 def eval_variants(cfg: EvalSections) -> list[Variant]:
@@ -203,7 +205,8 @@ def _predict(cfg: EvalSections, items: list[EvalItem], variants: list[Variant], 
             return dataset.map_batches(
                 EvalPredictor,
                 fn_constructor_kwargs={
-                    "sources": ToolSources(generator, cfg.engine, cfg.retrieval, cfg.instruct_lm, cfg.evaluator),
+                    "sources": ToolSources(generator, cfg.engine, cfg.retrieval, cfg.instruct_lm, cfg.evaluator,
+                                           cfg.rewriter),
                     "variants": group,
                     "searcher_factory": searcher_factory,
                     "index": any(item.passages is None for item in items),

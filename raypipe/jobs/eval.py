@@ -13,7 +13,7 @@ from raypipe.eval.runner import EvalSections, evaluate
 def eval_sections(cfg: RaypipeConfig) -> EvalSections:
     """The sections of `cfg` eval reads."""
     return EvalSections(cfg.eval, cfg.methods, cfg.retrieval, cfg.engine, cfg.instruct_lm, cfg.crag.evaluator,
-                        cfg.trajectories.qc, cfg.segmentation, cfg.ray, cfg.progress_every_s)
+                        cfg.trajectories.qc, cfg.segmentation, cfg.ray, cfg.progress_every_s, cfg.crag.rewriter)
 
 
 def run_eval(cfg: RaypipeConfig, searcher_factory: SearcherFactory | None = None) -> dict[str, Any]:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 def serve_sections(cfg: RaypipeConfig) -> ServeSections:
     """The sections of `cfg` a server reads."""
     return ServeSections(cfg.serve, cfg.methods, cfg.engine, cfg.retrieval, cfg.instruct_lm, cfg.crag.evaluator,
-                         cfg.ray)
+                         cfg.ray, cfg.crag.rewriter)
 
 
 def run_serve(cfg: RaypipeConfig) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from raypipe.retrieval.types import Passage, Searcher
 
 if TYPE_CHECKING:  # the engine module imports torch and transformers: seconds the HTTP ingress need not pay
     from raypipe.inference.engines.base import Engine
+    from raypipe.methods.crag.rewrite import Rewriter
 
 
 class RelevanceScorer(Protocol):
@@ -31,12 +32,12 @@ class RelevanceScorer(Protocol):
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[float]: ...
 
 #: the tools a method may ask for: `Toolkit` has one field per name, in this order
-ToolName = Literal["engine", "retriever", "web", "evaluator", "lm"]
-#: what a tool is called with: an `Engine`, a `Searcher` or a `RelevanceScorer`
-ToolKind = Literal["engine", "searcher", "scorer"]
+ToolName = Literal["engine", "retriever", "web", "evaluator", "lm", "rewriter"]
+#: what a tool is called with: an `Engine`, a `Searcher`, a `RelevanceScorer` or a query `Rewriter`
+ToolKind = Literal["engine", "searcher", "scorer", "rewriter"]
 #: each tool's kind: eval's memo and serving's proxies wrap a tool by its kind, so neither lists the tools
 TOOL_KINDS: dict[ToolName, ToolKind] = {"engine": "engine", "retriever": "searcher", "web": "searcher",
-                                        "evaluator": "scorer", "lm": "engine"}
+                                        "evaluator": "scorer", "lm": "engine", "rewriter": "rewriter"}
 
 
 @dataclass(frozen=True)
@@ -119,8 +120,10 @@ class Toolkit:
     web: Searcher | None = None
     #: CRAG's retrieval evaluator (CRAG §4.2): scores (question, document) pairs in [-1, 1]
     evaluator: RelevanceScorer | None = None
-    #: a plain instruct LM (chat template): CRAG's and RAG's generator, CRAG's query rewriter
+    #: a plain instruct LM (chat template): CRAG's and RAG's generator, CRAG's `lm` query rewriter
     lm: Engine | None = None
+    #: CRAG's `openai` query rewriter (§4.5): an OpenAI-compatible chat endpoint (`crag.rewriter`)
+    rewriter: Rewriter | None = None
 
     @classmethod
     def build(cls, names: Iterable[ToolName], make: Callable[[ToolName], Any]) -> Toolkit:

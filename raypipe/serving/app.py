@@ -67,7 +67,7 @@ def build_app(cfg: ServeSections) -> Application:
     """The Serve application of `cfg`: Ingress -> Decoder -> Generator + Retrieval, each model
     deployment bound only when a served method uses it."""
     from raypipe.serving.decoder import Decoder
-    from raypipe.serving.deployments import Evaluator, Generator, Retrieval, WebSearch
+    from raypipe.serving.deployments import Evaluator, Generator, QueryRewriter, Retrieval, WebSearch
     from raypipe.serving.ingress import Ingress
 
     check_defaults_within_limits(cfg)
@@ -83,7 +83,7 @@ def build_app(cfg: ServeSections) -> Application:
         generator_actor["num_gpus"] = s.generator_gpus
     batching = (s.torch_threads, s.max_batch_size, s.batch_wait_timeout_s)
     # every replica builds its tool from these
-    sources = ToolSources(s.generator, cfg.engine, cfg.retrieval, cfg.instruct_lm, cfg.evaluator)
+    sources = ToolSources(s.generator, cfg.engine, cfg.retrieval, cfg.instruct_lm, cfg.evaluator, cfg.rewriter)
     # Generator/Retrieval callers are Decoder threads, already bounded by the Decoder's own limits:
     # their queues are unbounded and they admit a full batch per replica at least.
     spread = {} if s.max_replicas_per_node is None else {"max_replicas_per_node": s.max_replicas_per_node}
@@ -110,6 +110,10 @@ def build_app(cfg: ServeSections) -> Application:
         handles["web"] = WebSearch.options(
             num_replicas=1, ray_actor_options={"num_cpus": s.web_cpus}, **shared,
         ).bind(sources, s.torch_threads)
+    if "rewriter" in used and cfg.rewriter.url:  # without an endpoint no request may ask for it (the schema)
+        handles["rewriter"] = QueryRewriter.options(
+            num_replicas=1, ray_actor_options={"num_cpus": s.web_cpus}, **shared,
+        ).bind(sources)
     decoder = Decoder.options(
         autoscaling_config=autoscaling_config(s), max_ongoing_requests=s.max_ongoing_requests,
         max_queued_requests=s.max_queued_requests, ray_actor_options={"num_cpus": s.decoder_cpus}, **spread,

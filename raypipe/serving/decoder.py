@@ -20,11 +20,11 @@ from raypipe.methods.base import TOOL_KINDS, MethodRequest, MethodResult, Toolki
 from raypipe.methods.settings import MethodSettings
 from raypipe.models import load_tokenizer
 from raypipe.models.prompt_format import generator_prompt
-from raypipe.serving.remote import CallClock, RemoteEngine, RemoteScorer, RemoteSearcher
+from raypipe.serving.remote import CallClock, RemoteEngine, RemoteRewriter, RemoteScorer, RemoteSearcher
 
 #: how a response's timings name the calls of each tool (`<label>_ms`, `<label>_calls`; default: its name)
 TIMING_LABELS: dict[ToolName, str] = {"engine": "generation", "retriever": "retrieval", "web": "web_search",
-                                 "lm": "lm_generation"}
+                                 "lm": "lm_generation", "rewriter": "query_rewriting"}
 
 
 @serve.deployment
@@ -70,6 +70,8 @@ class Decoder:
             return RemoteEngine(self.handles[name], tokenizer, prompt, clock)
         if kind == "searcher":
             return RemoteSearcher(self.handles[name], clock)
+        if kind == "rewriter":
+            return RemoteRewriter(self.handles[name], clock)
         return RemoteScorer(self.handles[name], clock)
 
     def _usage(self, request: MethodRequest, settings: MethodSettings, result: MethodResult) -> dict[str, int]:

@@ -139,3 +139,15 @@ class WebSearch:
 
     def search(self, queries: list[str], k: int) -> list[list[Passage]]:
         return [list(hits) for hits in self.web.search(queries, k)]
+
+
+@serve.deployment
+class QueryRewriter:
+    """CRAG's `openai` query rewriter (`crag.rewriter`): an OpenAI-compatible chat endpoint, a few
+    requests in flight. Calls are not merged: a failed rewrite falls back to its own raw question."""
+
+    def __init__(self, sources: ToolSources):
+        self.rewriter = load_tool("rewriter", sources)
+
+    def rewrite(self, questions: list[str]) -> list[Any]:
+        return self.rewriter.rewrite(questions)

@@ -70,3 +70,13 @@ class RemoteScorer:
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
         return self.clock.call(self.evaluator.score, list(pairs))
+
+
+class RemoteRewriter:
+    """`rewrite` forwarded to the QueryRewriter deployment (CRAG's `openai` query rewriter)."""
+
+    def __init__(self, rewriter: Any, clock: CallClock):
+        self.rewriter, self.clock = rewriter, clock
+
+    def rewrite(self, questions: Sequence[str]) -> list[Any]:
+        return self.clock.call(self.rewriter.rewrite, list(questions))

@@ -270,21 +270,21 @@ def _maxima(model: type[BaseModel], limits: dict[str, tuple[str, int]]) -> dict[
     return {f: {"maximum": limits[f][1]} for f in model.model_fields if f in limits}
 
 
-def _offered(settings: MethodSettings) -> dict[str, Any]:
+def _offered(settings: MethodSettings, rewriter_url: str | None) -> dict[str, Any]:
     """Controls whose values this server can serve only in part, narrowed to those it can: CRAG's
-    `openai` rewriter needs the server's `rewriter_url`, so a server without one does not offer it
-    (the document lists the others, and a request naming it is a 422 on the field)."""
+    `openai` rewriter needs the server's `crag.rewriter.url`, so a server without one does not offer
+    it (the document lists the others, and a request naming it is a 422 on the field)."""
     field = type(settings).model_fields.get("rewriter")
-    if field is None or getattr(settings, "rewriter_url", None):
+    if field is None or rewriter_url:
         return {}
     offered = tuple(r for r in get_args(field.annotation) if r != "openai")
     return {"__annotations__": {"rewriter": Literal[offered] | None},  # type: ignore[valid-type]
-            "rewriter": Field(None, description=f"{field.description}; `openai` needs a rewriter_url, which "
+            "rewriter": Field(None, description=f"{field.description}; `openai` needs crag.rewriter.url, which "
                                                 "this server is not configured with")}
 
 
 def _limited_controls(controls: type[MethodControls], limits: dict[str, tuple[str, int]],
-                      settings: MethodSettings) -> type[MethodControls]:
+                      settings: MethodSettings, rewriter_url: str | None) -> type[MethodControls]:
     """`controls` with this server's caps (declared and enforced) and only the values it offers."""
     capped = [f for f in controls.model_fields if f in limits]
 
@@ -292,7 +292,7 @@ def _limited_controls(controls: type[MethodControls], limits: dict[str, tuple[st
         return _within(limits, value, info.field_name)
 
     namespace = {"__module__": __name__, "model_config": ConfigDict(json_schema_extra=_declare(_maxima(controls, limits))),
-                 "_capped": field_validator(*capped)(classmethod(check)), **_offered(settings)}
+                 "_capped": field_validator(*capped)(classmethod(check)), **_offered(settings, rewriter_url)}
     return type(controls)(f"Limited{controls.__name__}", (controls,), namespace)
 
 
@@ -339,7 +339,7 @@ def request_models(cfg: ServeSections) -> RequestModels:
     """The request models of one server, with `cfg.serve`'s limits and methods built in."""
     s = cfg.serve
     limits, methods = request_limits(s), list(dict.fromkeys(s.methods))
-    controls = {m: _limited_controls(CONTROLS[m], limits, getattr(cfg.methods, m)) for m in methods}
+    controls = {m: _limited_controls(CONTROLS[m], limits, getattr(cfg.methods, m), cfg.rewriter.url) for m in methods}
     bodies = {m: _limited_generate(m, controls[m], s.max_prompt_chars, m == s.default_method or len(methods) == 1,
                                    limits) for m in methods}
     if len(bodies) == 1:

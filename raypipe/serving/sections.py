@@ -3,11 +3,11 @@ own (`serve`), every method's defaults, what its tools are built from, and the R
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from raypipe.config import MethodsConfig, ServeConfig
 from raypipe.settings.cluster import RayConfig
-from raypipe.settings.crag_tools import EvaluatorConfig
+from raypipe.settings.crag_tools import EvaluatorConfig, RewriterConfig
 from raypipe.settings.models import EngineConfig
 from raypipe.settings.retrieval import RetrievalConfig
 
@@ -23,3 +23,5 @@ class ServeSections:
     #: CRAG's retrieval evaluator (the `evaluator` tool)
     evaluator: EvaluatorConfig
     ray: RayConfig
+    #: CRAG's `openai` query rewriter (the `rewriter` tool), offered only where its url is set
+    rewriter: RewriterConfig = field(default_factory=RewriterConfig)

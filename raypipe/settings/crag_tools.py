@@ -1,5 +1,6 @@
 """Settings of what CRAG and Self-CRAG are built from besides the generator, the retrievers and the
-instruct LM (`instruct_lm`): the retrieval evaluator and its training job. The methods' own decoding
+instruct LM (`instruct_lm`): the retrieval evaluator and its training job, and the OpenAI-compatible
+query rewriter. The methods' own decoding
 settings are `raypipe.methods.crag.settings`."""
 
 from __future__ import annotations
@@ -25,6 +26,24 @@ class EvaluatorConfig(Section):
     max_length: int = Field(256, ge=16)
     #: `auto` = cuda when visible, else cpu
     device: Literal["auto", "cpu", "cuda"] = "auto"
+
+
+class RewriterConfig(Section):
+    """The `openai` query rewriter (CRAG §4.5, App. A Table 7: the paper's ChatGPT): an
+    OpenAI-compatible chat endpoint that `methods.crag.rewriter: openai` (or selfcrag's) sends
+    Table 7's prompt to. The server's, not a request's: a request may pick `openai` only where it is
+    set."""
+
+    #: the server root (.../v1); None = no `openai` rewriter here
+    url: str | None = None
+    #: the model each request names
+    model: str = "gpt-3.5-turbo"
+    #: environment variable holding the API key
+    api_key_env: str = "OPENAI_API_KEY"
+    #: seconds one request may take
+    timeout_s: float = Field(30.0, gt=0)
+    #: requests in flight at once
+    concurrency: int = Field(4, ge=1)
 
 
 class EvaluatorTrainConfig(RayTrainWorkers):
@@ -78,7 +97,8 @@ class EvaluatorTrainConfig(RayTrainWorkers):
 
 class CRAGConfig(Section):
     """What CRAG and Self-CRAG are built from besides the generator, the retrievers and the instruct
-    LM: the retrieval evaluator and its training job."""
+    LM: the retrieval evaluator, its training job and the `openai` query rewriter."""
 
     evaluator: EvaluatorConfig = EvaluatorConfig()
     train: EvaluatorTrainConfig = EvaluatorTrainConfig()
+    rewriter: RewriterConfig = RewriterConfig()

@@ -135,6 +135,17 @@ def test_a_moved_key_names_its_new_place(tmp_path, old, new):
         load_config(path)
 
 
+def test_the_openai_rewriters_endpoint_moved_to_crag_rewriter_and_is_required_by_it(tmp_path):
+    path = tmp_path / "old.yaml"
+    path.write_text("methods:\n  selfcrag:\n    rewriter_url: http://lm.local/v1\n")
+    with pytest.raises(ConfigError, match=r"methods\.selfcrag\.rewriter_url: this key moved to crag\.rewriter\.url"):
+        load_config(path)
+    with pytest.raises(ConfigError, match=r"methods\.crag\.rewriter=openai needs crag\.rewriter\.url"):
+        load_config(None, ["methods.crag.rewriter=openai"])
+    cfg = load_config(None, ["methods.crag.rewriter=openai", "crag.rewriter.url=http://lm.local/v1"])
+    assert cfg.crag.rewriter.url == "http://lm.local/v1"
+
+
 def test_a_set_path_may_name_another_path_key(tmp_path):
     """configs/demo.yaml trains the generator from "{lm_import.out_dir}", so run_dir moves both."""
     cfg = load_config(None, ["run_dir=runs/x", 'training.generator.base_model="{lm_import.out_dir}"'])

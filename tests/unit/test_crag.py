@@ -18,7 +18,7 @@ from raypipe.methods.base import MethodRequest, Toolkit
 from raypipe.methods.closed_set import verdict_options
 from raypipe.methods.crag.knowledge import Corrector
 from raypipe.methods.crag.method import CRAG
-from raypipe.methods.crag.rewrite import LMRewriter, RawRewriter, parse_keywords, rewrite_prompt
+from raypipe.methods.crag.rewrite import LMRewriter, RawRewriter, Rewrite, parse_keywords, rewrite_prompt
 from raypipe.methods.crag.settings import CRAGSettings, CRAGSweeps
 from raypipe.methods.crag.strips import Strip, decompose, recompose, select
 from raypipe.methods.crag.trigger import Action, trigger
@@ -28,6 +28,7 @@ from raypipe.methods.rag.settings import RAGSettings
 from raypipe.methods.selfcrag.settings import SelfCRAGSettings
 from raypipe.retrieval.backends import SearchBackendError
 from raypipe.retrieval.types import Passage
+from raypipe.settings.crag_tools import RewriterConfig
 
 U, L = 0.59, -0.99
 
@@ -320,10 +321,34 @@ def test_tools_used_follow_the_settings_and_the_registry_knows_the_methods():
     assert CRAG.uses(CRAGSettings()) == {"retriever", "evaluator", "web", "lm"}
     assert CRAG.uses(CRAGSettings(web=False, generator="engine")) == {"retriever", "evaluator", "engine"}
     assert CRAG.uses(CRAGSettings(rewriter="none")) == {"retriever", "evaluator", "web", "lm"}
+    assert CRAG.uses(CRAGSettings(rewriter="openai")) == {"retriever", "evaluator", "web", "lm", "rewriter"}
+    assert CRAG.uses(CRAGSettings(rewriter="openai", generator="engine")) == {"retriever", "evaluator", "web",
+                                                                              "rewriter", "engine"}
     assert get_method("selfcrag").uses(SelfCRAGSettings(mode="never")) == {"engine"}
     assert get_method("rag") is RAG
     names = [v.name for v in CRAG.variants(CRAGSettings(), CRAGSweeps(ablations=["no_correct", "no_rewriting"]))]
     assert names == ["crag", "crag_no_correct", "crag_no_rewriting"]
+
+
+class FakeRewriter:
+    def __init__(self) -> None:
+        self.asked: list[list[str]] = []
+
+    def rewrite(self, questions):
+        self.asked.append(list(questions))
+        return [Rewrite(f"kw {q.split('|')[0]}", "rewritten") for q in questions]
+
+
+def test_the_openai_rewriter_is_the_toolkits_and_the_method_builds_none():
+    t, _, web, lm, _ = tools()
+    rewriter = FakeRewriter()
+    results = CRAG(replace(t, rewriter=rewriter)).decode(requests(), CRAGSettings(rewriter="openai"))
+    searched = [r for r in results if r.trace["crag"]["web_query"]]
+    assert searched and rewriter.asked  # the web queries came from the toolkit's rewriter ...
+    assert {r.trace["crag"]["web_query"] for r in searched} <= {f"kw {q.split('|')[0]}" for q in rewriter.asked[0]}
+    assert not any("keywords" in call[0] for call in lm.calls)  # ... not from the instruct LM
+    with pytest.raises(ConfigError, match="needs a rewriter"):
+        CRAG(t).decode(requests(), CRAGSettings(rewriter="openai"))
 
 
 def test_missing_tool_is_a_clear_error():
@@ -473,8 +498,7 @@ def test_openai_rewriter_sends_table_7s_prompt_with_the_key_and_falls_back_to_th
         return httpx.Response(401, json={"error": "bad key"})  # not retried: an HTTP error
 
     monkeypatch.setenv("REWRITER_KEY", "sk-test")
-    settings = CRAGSettings(rewriter="openai", rewriter_url="http://lm.local/v1/", rewriter_model="m",
-                            rewriter_api_key_env="REWRITER_KEY")
+    settings = RewriterConfig(url="http://lm.local/v1/", model="m", api_key_env="REWRITER_KEY")
     out = OpenAIRewriter(settings, http_client=httpx.Client(transport=httpx.MockTransport(reply))).rewrite(
         ["What is Cy Orr's occupation?", "Where was Ada born?", "Who wrote Eve?"])
     assert [(r.query, r.how) for r in out] == [("Cy Orr, occupation", "rewritten"),

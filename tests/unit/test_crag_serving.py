@@ -77,19 +77,19 @@ def _rewriters(doc: dict, method: str) -> list[str]:
     return next(b["enum"] for b in prop["anyOf"] if b.get("type") != "null")
 
 
-def test_the_document_offers_the_openai_rewriter_only_where_a_rewriter_url_is_configured():
+def test_the_document_offers_the_openai_rewriter_only_where_its_endpoint_is_configured():
     plain = TestClient(build_api(serve_sections(_cfg()), Backend(), None))
     doc = plain.get("/openapi.json").json()
     assert _rewriters(doc, "crag") == _rewriters(doc, "selfcrag") == ["lm", "none"]
     r = plain.post("/v1/generate", json={"instruction": "x", "method": "crag", "rewriter": "openai"})
     assert r.status_code == 422 and r.json()["error"]["param"] == "rewriter"
-    # a server with CRAG's rewriter endpoint offers it for crag, and still not for selfcrag
+    # a server with the rewriter endpoint (`crag.rewriter`, one for both methods) offers it to both
     cfg = load_config(None, ["serve.methods=[crag, selfcrag]", "serve.default_method=crag",
-                             "methods.crag.rewriter_url=http://lm.local/v1"])
+                             "crag.rewriter.url=http://lm.local/v1"])
     backend = Backend()
     client = TestClient(build_api(serve_sections(cfg), backend, None))
     doc = client.get("/openapi.json").json()
-    assert _rewriters(doc, "crag") == ["lm", "openai", "none"] and _rewriters(doc, "selfcrag") == ["lm", "none"]
-    r = client.post("/v1/generate", json={"instruction": "x", "method": "crag", "rewriter": "openai"})
+    assert _rewriters(doc, "crag") == _rewriters(doc, "selfcrag") == ["lm", "openai", "none"]
+    r = client.post("/v1/generate", json={"instruction": "x", "method": "selfcrag", "rewriter": "openai"})
     assert r.status_code == 200, r.text
-    assert backend.seen[-1][2].rewriter == "openai" and backend.seen[-1][2].rewriter_url == "http://lm.local/v1"
+    assert backend.seen[-1][2].rewriter == "openai"

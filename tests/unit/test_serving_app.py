@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from raypipe.config import MethodsConfig, RaypipeConfig, ServeConfig
+from raypipe.config import MethodsConfig, RaypipeConfig, ServeConfig, load_config
 from raypipe.errors import ConfigError
 from raypipe.jobs.serve import app_from_config, serve_sections
 from raypipe.methods.selfrag.settings import SelfRAGSettings
@@ -52,3 +52,20 @@ def test_the_old_import_path_of_the_app_builder_names_the_new_one():
         app.app_from_config  # noqa: B018 - the attribute access is what Serve does
     module, _, attr = app.MOVED["app_from_config"].partition(":")
     assert getattr(importlib.import_module(module), attr) is app_from_config
+
+
+@pytest.mark.parametrize("url", [None, "http://lm.local/v1"])
+def test_the_query_rewriter_deployment_is_bound_only_where_its_endpoint_is_set(monkeypatch, url):
+    import raypipe.retrieval.cross_encoder as cross_encoder
+    from raypipe.serving import app as app_module
+
+    monkeypatch.setattr(app_module, "_cluster_has_gpus", lambda: False)
+    monkeypatch.setattr(cross_encoder, "require_evaluator", lambda path: None)
+    sets = ["serve.methods=[crag]", "serve.default_method=crag"] + ([f"crag.rewriter.url={url}"] if url else [])
+    app = app_module.build_app(serve_sections(load_config(None, sets)))
+    # Serve's bound graph: Ingress(decoder, ...) -> Decoder(handles, ...) -> one deployment per tool
+    decoder = app._bound_deployment.init_args[0]
+    handles = decoder._bound_deployment.init_args[0]
+    bound = {name: handle._bound_deployment.name for name, handle in handles.items()}
+    assert bound.get("rewriter") == ("QueryRewriter" if url else None)
+    assert bound["web"] == "WebSearch" and bound["lm"] == "InstructLM"

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from raypipe.methods.base import Citation, MethodRequest, RelevanceScorer, Toolkit, ToolName
-from raypipe.methods.crag.rewrite import Rewrite, Rewriter, make_rewriter
+from raypipe.methods.crag.rewrite import LMRewriter, RawRewriter, Rewrite, Rewriter
 from raypipe.methods.crag.settings import CorrectiveSettings
 from raypipe.methods.crag.strips import Strip, decompose, paragraphs, recompose, select
 from raypipe.methods.crag.trigger import Action, needs_external, needs_internal, trigger
@@ -214,18 +214,22 @@ class Corrector:
 
 def corrective_tools(settings: CorrectiveSettings) -> set[ToolName]:
     """What the corrective step needs: the retriever and evaluator always; the web source when web
-    search is on, and the instruct LM when it rewrites the queries."""
+    search is on, and its query rewriter's tool (the instruct LM, or the `openai` endpoint)."""
     used: set[ToolName] = {"retriever", "evaluator"}
     if settings.web:
         used.add("web")
         if settings.rewriter == "lm":
             used.add("lm")
+        elif settings.rewriter == "openai":
+            used.add("rewriter")
     return used
 
 
 def make_corrector(toolkit: Toolkit, settings: CorrectiveSettings, method: str) -> Corrector:
     """The corrective step of `method` (crag, selfcrag) over its toolkit."""
     web = toolkit.get("web", method) if settings.web else None
-    rewriter = make_rewriter(settings, toolkit.get("lm", method) if settings.web and settings.rewriter == "lm" else None) \
-        if settings.web else None
+    rewriter: Rewriter | None = None
+    if settings.web:
+        rewriter = {"none": lambda: RawRewriter(), "lm": lambda: LMRewriter(toolkit.get("lm", method)),
+                    "openai": lambda: toolkit.get("rewriter", method)}[settings.rewriter]()
     return Corrector(toolkit.get("evaluator", method), web, rewriter, settings)

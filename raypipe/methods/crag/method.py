@@ -46,7 +46,7 @@ class CRAG(Method[CRAGSettings]):
 
     name = "crag"
     settings_type = CRAGSettings
-    tool_names = ("engine", "lm", "retriever", "web", "evaluator")
+    tool_names = ("engine", "lm", "retriever", "web", "evaluator", "rewriter")
 
     @classmethod
     def uses(cls, settings: CRAGSettings) -> set[ToolName]:

@@ -22,9 +22,10 @@ from typing import Any, Protocol
 import httpx
 
 from raypipe.clients.openai_chat import OpenAIChat, RequestFailed
+from raypipe.errors import ConfigError
 from raypipe.inference.engines.base import Engine, GenerationParams
-from raypipe.methods.crag.settings import CorrectiveSettings
 from raypipe.prompts import chat_prompt
+from raypipe.settings.crag_tools import RewriterConfig
 
 logger = logging.getLogger(__name__)
 
@@ -157,14 +158,17 @@ def line_end_ids(tokenizer: Any) -> tuple[int, ...]:
 class OpenAIRewriter:
     """Table 7's prompt to an OpenAI-compatible `/chat/completions` (temperature 0) through the shared
     chat client, a few requests in flight, each retried by the openai library; a failed one (no
-    reply, an error status, a body that is no chat completion) falls back to the raw question."""
+    reply, an error status, a body that is no chat completion) falls back to the raw question. Built
+    by the tools layer (`raypipe.tools`, the `rewriter` tool) from `crag.rewriter`."""
 
-    def __init__(self, cfg: CorrectiveSettings, *, http_client: httpx.Client | None = None, concurrency: int = 4):
-        assert cfg.rewriter_url
-        self.chat = OpenAIChat(base_url=cfg.rewriter_url, model=cfg.rewriter_model,
-                               api_key_env=cfg.rewriter_api_key_env, settings="the query rewriter settings",
-                               timeout_s=cfg.rewriter_timeout_s, retries=2, concurrency=concurrency, temperature=0,
-                               max_tokens=REWRITE_TOKENS, http_client=http_client)
+    def __init__(self, cfg: RewriterConfig, *, http_client: httpx.Client | None = None):
+        if not cfg.url:
+            raise ConfigError("crag.rewriter.url is not set: the openai query rewriter needs an OpenAI-compatible "
+                              "server root (.../v1)")
+        self.chat = OpenAIChat(base_url=cfg.url, model=cfg.model, api_key_env=cfg.api_key_env,
+                               settings="crag.rewriter", timeout_s=cfg.timeout_s, retries=2,
+                               concurrency=cfg.concurrency, temperature=0, max_tokens=REWRITE_TOKENS,
+                               http_client=http_client)
 
     def _one(self, question: str) -> Rewrite:
         try:
@@ -176,13 +180,3 @@ class OpenAIRewriter:
 
     def rewrite(self, questions: Sequence[str]) -> list[Rewrite]:
         return self.chat.fan_out(self._one, questions)
-
-
-def make_rewriter(settings: CorrectiveSettings, lm: Engine | None) -> Rewriter:
-    if settings.rewriter == "none":
-        return RawRewriter()
-    if settings.rewriter == "openai":
-        return OpenAIRewriter(settings)
-    if lm is None:
-        raise ValueError("rewriter=lm needs the instruct LM tool")
-    return LMRewriter(lm)

@@ -49,24 +49,15 @@ class CorrectiveSettings(MethodSettings):
     #: select web paragraphs with the evaluator like internal strips (App. B.3); off = keep every result
     #: (Table 3 "w/o selection")
     web_select: bool = Field(True, description="select web paragraphs with the evaluator")
-    #: the query rewriter (§4.5, App. A Table 7): `lm` = the local instruct LM, `openai` = an
-    #: OpenAI-compatible chat endpoint, `none` = the raw question (Table 3 "w/o rewriting")
+    #: the query rewriter (§4.5, App. A Table 7): `lm` = the local instruct LM, `openai` = the
+    #: OpenAI-compatible chat endpoint of `crag.rewriter`, `none` = the raw question (Table 3 "w/o
+    #: rewriting")
     rewriter: Literal["lm", "openai", "none"] = Field("lm", description="the web query rewriter")
-    #: `openai` rewriter: the server root (.../v1)
-    rewriter_url: ServerOnly[str | None] = None
-    #: `openai` rewriter: the model each request names (the paper's ChatGPT)
-    rewriter_model: ServerOnly[str] = "gpt-3.5-turbo"
-    #: `openai` rewriter: environment variable holding the API key
-    rewriter_api_key_env: ServerOnly[str] = "OPENAI_API_KEY"
-    #: `openai` rewriter: seconds one request may take
-    rewriter_timeout_s: ServerOnly[float] = Field(30.0, gt=0)
 
     @model_validator(mode="after")
     def _ordered(self) -> CorrectiveSettings:
         if self.lower > self.upper:
             raise ValueError(f"lower={self.lower} is above upper={self.upper}")
-        if self.rewriter == "openai" and not self.rewriter_url:
-            raise ValueError("rewriter=openai needs rewriter_url (an OpenAI-compatible server root, .../v1)")
         return self
 
 

@@ -125,7 +125,7 @@ class SelfCRAG(Method[SelfCRAGSettings]):
 
     name = "selfcrag"
     settings_type = SelfCRAGSettings
-    tool_names = ("engine", "lm", "retriever", "web", "evaluator")
+    tool_names = ("engine", "lm", "retriever", "web", "evaluator", "rewriter")
 
     def __init__(self, toolkit: Toolkit):
         super().__init__(toolkit)
