@@ -78,18 +78,22 @@ def testlast_record_reads_the_newest_complete_line(tmp_path):
 
 
 def test_raypipe_train_into_a_pipe_prints_the_runs_steps(tmp_path, monkeypatch):
-    """`raypipe train` (and the demo, and a `ray job submit` of it) follows the run itself: not only
-    the demo's stages."""
+    """`raypipe train` (and the demo, and a `ray job submit` of it) follows its run itself, over the
+    run's own logs folder: not only the demo's stages. The follower is the real one, told it is not on
+    a terminal and given a test logger (the process-wide `raypipe.progress` logger is other tests' too)."""
     from raypipe.config import RaypipeConfig
     from raypipe.jobs import train as train_job
-    from raypipe.logs import PROGRESS_LOGGER
 
     monkeypatch.setattr(progress, "POLL_S", 0.01)
-    monkeypatch.setattr(progress.sys.stderr, "isatty", lambda: False)
-    log = logging.getLogger(PROGRESS_LOGGER)
-    handler = _Lines()
+    log = logging.getLogger("tests.train_job_progress")
+    log.propagate, handler = False, _Lines()
     log.addHandler(handler)
-    monkeypatch.setattr(log, "level", logging.INFO)
+    log.setLevel(logging.INFO)
+    followed = []
+
+    def follow(logs_dir, desc, every_s):
+        followed.append(logs_dir)
+        return training_progress(logs_dir, desc, every_s, enabled=False, log=log)
 
     def fake_train_lm(section, which, ray_cfg):
         MetricsLog(tmp_path / "logs" / "main.metrics.jsonl", rank=0, attempt_start_step=0,
@@ -97,10 +101,12 @@ def test_raypipe_train_into_a_pipe_prints_the_runs_steps(tmp_path, monkeypatch):
         assert handler.seen.wait(30), "no progress line while the run trained"
         return {"model": section.out_dir}
 
+    monkeypatch.setattr(train_job, "training_progress", follow)
     monkeypatch.setattr(train_job, "train_lm", fake_train_lm)
     cfg = RaypipeConfig.model_validate({"progress_every_s": 0.001, "training": {"generator": {"out_dir": str(tmp_path)}}})
     try:
         assert train_job.run_train(cfg, "generator") == {"model": str(tmp_path)}
     finally:
         log.removeHandler(handler)
+    assert followed == [tmp_path / "logs"]
     assert handler.lines[0] == "generator training: step 3 of 10 (30%), loss 1.500"
