@@ -96,6 +96,10 @@ class EvalConfig(Section):
     #: the first `limit` rows of each eval file, in file order, rejected rows included (so a limited run
     #: always evaluates the same questions); None = all
     limit: int | None = Field(None, ge=1)
+    #: the first `sweep_limit` of those rows per set are all that the variants outside the headline table
+    #: decode (the methods' sweeps, ablations and robustness points): a curve's shape needs fewer items than
+    #: a stated comparison; None = the same rows as the headline
+    sweep_limit: int | None = Field(None, ge=1)
     #: where retrieval reads passages during eval: `retriever` (the configured index), `ctxs` (each row's
     #: own pre-retrieved passages, as the papers' released eval files carry them; a file without them is
     #: an error), `auto` (a file's own passages when its rows carry them, else the index)

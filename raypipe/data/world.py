@@ -33,7 +33,7 @@ from raypipe.data.io import write_jsonl, write_parquet
 from raypipe.data.schemas import INSTANCE_SCHEMA, PASSAGE_SCHEMA
 from raypipe.data.world_entities import World
 from raypipe.data.world_passages import passage, web_passage
-from raypipe.data.world_tasks import BUILDERS, DATASET_TASK, EVAL_BUILDERS, check_mix
+from raypipe.data.world_tasks import BUILDERS, DATASET_TASK, EVAL_SPLITS, check_mix, heldout_split
 from raypipe.errors import ConfigError
 from raypipe.settings.data import WorldConfig
 
@@ -118,23 +118,30 @@ def _claim_out_dir(out: Path, cfg: WorldConfig) -> None:
 def _write_eval(world: World, heldout: list[int], out: Path) -> dict[str, int]:
     """The held-out splits: questions about the `heldout` people and their biographies
     (heldout_longform), answerable only from passages/web, and instructions that need no retrieval
-    (heldout_noret)."""
+    (heldout_noret); each split's items distinct (`heldout_split`). Returns the items each holds."""
     counts = {}
-    for split, build in EVAL_BUILDERS.items():
+    wanted = world.cfg.eval_instances if heldout else 0
+    for split in EVAL_SPLITS:
         path = out / "eval" / f"{split}.jsonl"
-        n = world.cfg.eval_instances if heldout else 0
-        counts[split] = n
         if path.exists():
+            counts[split] = _count_lines(path)
             continue
-        rng = random.Random(world.hash.bits(f"eval:{split}", 0))
-        order = heldout[:]
-        rng.shuffle(order)
-        # round-robin over held-out people so every one of them is asked about
-        write_jsonl((build(world, rng, order[j % len(order)], f"{split}-{j:05d}") for j in range(n)), path)
+        rows = heldout_split(world, split, heldout, wanted, random.Random(world.hash.bits(f"eval:{split}", 0)))
+        write_jsonl(rows, path)
+        counts[split] = len(rows)
+        if len(rows) < wanted:
+            logger.warning("%s holds %d distinct items, not world.eval_instances=%d: %d held-out people hold no "
+                           "more; raise world.heldout_fraction or world.instances for a larger eval",
+                           path, len(rows), wanted, len(heldout))
     if not heldout and world.cfg.eval_instances:
         logger.warning("no held-out people in this world (world.heldout_fraction=%s): eval splits are empty",
                        world.cfg.heldout_fraction)
     return counts
+
+
+def _count_lines(path: Path) -> int:
+    with path.open("rb") as fh:
+        return sum(1 for _ in fh)
 
 
 def _instance_counts(folder: Path) -> dict[str, dict[str, int]]:
@@ -163,7 +170,7 @@ def synthesize(cfg: WorldConfig) -> dict[str, Any]:
             raise ConfigError(f"world.out_dir {str(out)!r} holds {stats.get('n_web_passages')} web passages where "
                               f"this version writes {world.n_web_passages}: it was written by an older "
                               "raypipe; delete that folder (and the web index and evaluator built from it)")
-        missing = [s for s in EVAL_BUILDERS if not (out / "eval" / f"{s}.jsonl").exists()]
+        missing = [s for s in EVAL_SPLITS if not (out / "eval" / f"{s}.jsonl").exists()]
         if missing:
             logger.info("%s: writing eval split(s) %s, added since this world was written", out, missing)
             stats["eval"] = _write_eval(world, world.heldout_people(), out)

@@ -14,9 +14,10 @@ fact values it asserts (`facts`), so the support labels can be checked against t
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -404,24 +405,37 @@ def _heldout_facts(world: World, i: int) -> tuple[str, list[Fact]]:
     return p.name, facts
 
 
-def heldout_qa(world: World, rng: random.Random, i: int, item_id: str) -> dict[str, Any]:
-    entity, facts = _heldout_facts(world, i)
-    fact = rng.choice(facts)
+def heldout_fact_deal(world: World, rng: random.Random, people: list[int]) -> Iterator[tuple[str, Fact]]:
+    """Every (held-out person, fact) pair once: the people in a shuffled order, round by round, each
+    round one not yet asked fact of every person who has one left. So the first rows of a split ask
+    about every person before any is asked twice (an eval limited to its first rows is spread over
+    the population), and no item repeats another's (person, fact): a split holds at most this many
+    distinct items."""
+    order = people[:]
+    rng.shuffle(order)
+    decks = []
+    for i in order:
+        entity, facts = _heldout_facts(world, i)
+        rng.shuffle(facts)
+        decks.append((entity, facts))
+    for k in range(max((len(facts) for _, facts in decks), default=0)):
+        for entity, facts in decks:
+            if k < len(facts):
+                yield entity, facts[k]
+
+
+def heldout_qa(world: World, rng: random.Random, entity: str, fact: Fact, item_id: str) -> dict[str, Any]:
     return {"id": item_id, "question": rng.choice(fact.questions), "answers": [fact.value], "entity": entity,
             "passage_ids": list(fact.passages), "relation": fact.relation}
 
 
-def heldout_fact(world: World, rng: random.Random, i: int, item_id: str) -> dict[str, Any]:
-    entity, facts = _heldout_facts(world, i)
-    fact = rng.choice(facts)
+def heldout_fact(world: World, rng: random.Random, entity: str, fact: Fact, item_id: str) -> dict[str, Any]:
     claim, label = _claim(world, fact, rng)
     return {"id": item_id, "claim": claim, "label": label, "entity": entity,
             "passage_ids": list(fact.passages), "relation": fact.relation}
 
 
-def heldout_mc(world: World, rng: random.Random, i: int, item_id: str) -> dict[str, Any]:
-    entity, facts = _heldout_facts(world, i)
-    fact = rng.choice(facts)
+def heldout_mc(world: World, rng: random.Random, entity: str, fact: Fact, item_id: str) -> dict[str, Any]:
     choices, key = _options(world, fact, rng)
     return {"id": item_id, "question": rng.choice(fact.questions), "choices": choices, "answerKey": key,
             "entity": entity, "passage_ids": list(fact.passages), "relation": fact.relation}
@@ -431,11 +445,11 @@ def heldout_mc(world: World, rng: random.Random, i: int, item_id: str) -> dict[s
 NORET_CATEGORIES = ("arith", "string", "creative")
 
 
-def heldout_noret(world: World, rng: random.Random, i: int, item_id: str) -> dict[str, Any]:
+def heldout_noret(world: World, rng: random.Random, item_id: str) -> dict[str, Any]:
     """An instruction that needs no retrieval (Self-RAG §3.3: adaptive retrieval should not fire on
     it), drawn from the training mix's arithmetic, string and creative templates with this split's
     own seed. Arithmetic and string items carry their one exact answer; creative items have none
-    (`answers` is empty): they only count for retrieval frequency. `i` (a held-out person) is unused.
+    (`answers` is empty): they only count for retrieval frequency.
     A drawn item can coincide with a training instance by chance (the templates and word lists are
     small); that does not matter for what this set measures, whether retrieval fires."""
     category = rng.choice(NORET_CATEGORIES)
@@ -466,10 +480,43 @@ def heldout_longform(world: World, rng: random.Random, i: int, item_id: str) -> 
             "sentences": [_stated(f) for f in own], "relevant_passages": passages, "passage_ids": passages}
 
 
-EVAL_BUILDERS: dict[str, Callable[[World, random.Random, int, str], dict[str, Any]]] = {
+#: the held-out splits whose items each ask about one (held-out person, fact)
+FACT_SPLITS: dict[str, Callable[[World, random.Random, str, Fact, str], dict[str, Any]]] = {
     "heldout_qa": heldout_qa,
     "heldout_fact": heldout_fact,
     "heldout_mc": heldout_mc,
-    "heldout_noret": heldout_noret,
-    "heldout_longform": heldout_longform,
 }
+EVAL_SPLITS = (*FACT_SPLITS, "heldout_noret", "heldout_longform")
+#: draws per wanted no-retrieval item before a split settles for fewer distinct ones
+_NORET_DRAWS_PER_ITEM = 20
+
+
+def heldout_split(world: World, split: str, people: list[int], n: int, rng: random.Random) -> list[dict[str, Any]]:
+    """Up to `n` items of one held-out split, no two alike: a fact split asks each (person, fact) of
+    `people` at most once (`heldout_fact_deal`), the long-form split writes each person's biography
+    once, the no-retrieval split redraws an (instruction, input) it already holds. A split the
+    population cannot fill holds fewer than `n` (the caller reports it): repeated items would only
+    look like a larger eval."""
+    def item_id(j: int) -> str:
+        return f"{split}-{j:05d}"
+
+    if split in FACT_SPLITS:
+        build = FACT_SPLITS[split]
+        pairs = list(itertools.islice(heldout_fact_deal(world, rng, people), n))
+        return [build(world, rng, entity, fact, item_id(j)) for j, (entity, fact) in enumerate(pairs)]
+    if split == "heldout_longform":
+        order = people[:]
+        rng.shuffle(order)
+        return [heldout_longform(world, rng, i, item_id(j)) for j, i in enumerate(order[:n])]
+    if split == "heldout_noret":
+        rows: list[dict[str, Any]] = []
+        seen: set[tuple[str, str]] = set()
+        for _ in range(_NORET_DRAWS_PER_ITEM * n):
+            if len(rows) == n:
+                break
+            row = heldout_noret(world, rng, item_id(len(rows)))
+            if (row["instruction"], row["input"]) not in seen:
+                seen.add((row["instruction"], row["input"]))
+                rows.append(row)
+        return rows
+    raise ValueError(f"unknown held-out split {split!r}; known: {', '.join(EVAL_SPLITS)}")

@@ -135,11 +135,12 @@ def results_markdown(metrics: dict[str, Any]) -> str:
         f"Run {run['date'][:10]} on {run.get('cpu', 'an unrecorded CPU')} with `{run['command']}`. "
         f"Retrieval: {run['retriever']}. The first "
         f"{run['limit'] or 'all'} questions of each set; each method as configured (its own variant in "
-        "`metrics.json`, beside its sweeps).",
+        "`metrics.json`, beside its sweeps"
+        f"{', decoded on the first ' + str(run['sweep_limit']) if run.get('sweep_limit') else ''}).",
         "",
         markdown_row(["method", "model", *(set_name(s) for s in sets)]),
         markdown_row(["---"] * (2 + len(sets))),
-        markdown_row(["questions", "", *(str(next(iter(per_set[s].values()))["n"]) for s in sets)]),
+        markdown_row(["questions", "", *(str(max(per_set[s][rows[m]["variant"]]["n"] for m in methods)) for s in sets)]),
     ]
     baselines = [_majority_baseline(per_set[s]) for s in sets]
     if any(b is not None for b in baselines):

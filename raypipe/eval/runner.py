@@ -36,7 +36,7 @@ import logging
 import shlex
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,6 +129,30 @@ def generator_for(cfg: EvalSections, method: str) -> str:
     return cfg.eval.generators.get(method, cfg.eval.generator)
 
 
+def first_per_set(items: list[EvalItem], limit: int | None) -> list[EvalItem]:
+    """The first `limit` items of each set, in order (all of them for None)."""
+    if limit is None:
+        return items
+    taken: Counter[str] = Counter()
+    kept = []
+    for item in items:
+        if taken[item.set] < limit:
+            taken[item.set] += 1
+            kept.append(item)
+    return kept
+
+
+def decoding_plan(cfg: EvalSections, items: list[EvalItem],
+                  variants: list[Variant]) -> list[tuple[str, list[EvalItem], list[Variant]]]:
+    """(what, rows, variants) to decode, in order: the headline variants on every read row, then the
+    others (sweeps, ablations, robustness) on the first `eval.sweep_limit` rows of each set. Headline
+    first, so a run stopped in the sweeps has its table."""
+    headline = [v for v in variants if v.sweep in HEADLINE_SWEEPS]
+    others = [v for v in variants if v.sweep not in HEADLINE_SWEEPS]
+    plan = [("eval", items, headline), ("eval sweeps", first_per_set(items, cfg.eval.sweep_limit), others)]
+    return [(what, rows, group) for what, rows, group in plan if rows and group]
+
+
 def variants_by_generator(cfg: EvalSections, variants: list[Variant]) -> dict[str, list[Variant]]:
     """The variants grouped by the generator folder their method loads, in order: one decoding pass
     each, since an actor holds one generator."""
@@ -187,8 +211,8 @@ DecodeRows = Callable[[list[EvalItem]], Iterable[dict[str, Any]]]
 
 
 def _predict(cfg: EvalSections, items: list[EvalItem], variants: list[Variant], searcher_factory: SearcherFactory | None,
-             removal: dict[str, float], predictions_dir: Path,
-             prints: dict[str, str]) -> Iterator[dict[str, list[tuple[EvalItem, dict[str, Any]]]]]:
+             removal: dict[str, float], predictions_dir: Path, prints: dict[str, str],
+             what: str = "eval") -> Iterator[dict[str, list[tuple[EvalItem, dict[str, Any]]]]]:
     """Decode every item under every variant on an actor pool, one pass per generator (methods with
     their own in `eval.generators` get theirs); yields each pass's results, in input order per variant,
     as soon as it ends, so a run stopped in a later pass keeps the earlier ones' predictions (and
@@ -222,7 +246,7 @@ def _predict(cfg: EvalSections, items: list[EvalItem], variants: list[Variant], 
             ).iter_rows()
 
         yield pass_results(decode, items, [v.name for v in group], predictions_dir, prints,
-                           f"eval pass {n} of {len(passes)} ({generator})", every_s=cfg.progress_every_s)
+                           f"{what} pass {n} of {len(passes)} ({generator})", every_s=cfg.progress_every_s)
 
 
 def pass_results(decode: DecodeRows, items: list[EvalItem], group: list[str], predictions_dir: Path,
@@ -349,7 +373,7 @@ def _run_record(cfg: EvalSections) -> dict[str, Any]:
     return {**provenance(), "command": shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]),
             "retriever": f"{encoder.kind}{' ' + encoder.path if encoder.path else ''} over "
                          f"{cfg.retrieval.index.out_dir} ({cfg.retrieval.index.factory}), {_k_of(cfg)}",
-            "limit": cfg.eval.limit}
+            "limit": cfg.eval.limit, "sweep_limit": cfg.eval.sweep_limit}
 
 
 def _k_of(cfg: EvalSections) -> str:
@@ -394,7 +418,10 @@ def evaluate(cfg: EvalSections, searcher_factory: SearcherFactory | None = None)
         plan = plan_removal([v for v in variants if v.sweep in HEADLINE_SWEEPS], cfg.eval.robustness)
         variants += plan.added
     removal = plan.rates if plan else {}
-    prints = {v.name: _fingerprint(cfg, v, searcher_factory is not None, removal.get(v.name), items) for v in variants}
+    stages = decoding_plan(cfg, items, variants)
+    rows_of = {v.name: rows for _, rows, group in stages for v in group}
+    prints = {v.name: _fingerprint(cfg, v, searcher_factory is not None, removal.get(v.name), rows_of[v.name])
+              for v in variants}
     split = None
     if any(item.task == "longform" for item in items):
         from raypipe.data.segment import Segmenter  # spaCy: only FactScore needs it
@@ -415,12 +442,16 @@ def evaluate(cfg: EvalSections, searcher_factory: SearcherFactory | None = None)
     if decode:
         logger.info("decoding %d items under %d variants (%d already done, %d the same as another)", len(items),
                     len(decode), len(variants) - len(pending), len(pending) - len(decode))
-        for decoded in _predict(cfg, items, decode, searcher_factory, removal, predictions_dir, prints):
-            for name, rows in decoded.items():
-                lines = [_prediction_row(item, result, split) for item, result in rows]
+    for what, rows, group in stages:
+        todo = [v for v in group if v.name in {d.name for d in decode}]
+        if not todo:
+            continue
+        for decoded in _predict(cfg, rows, todo, searcher_factory, removal, predictions_dir, prints, what):
+            for name, results in decoded.items():
+                lines = [_prediction_row(item, result, split) for item, result in results]
                 for alias in alike[prints[name]]:
                     write_jsonl(lines, predictions_dir / f"{alias}.jsonl")
-                    meta = {"fingerprint": prints[alias], "variant": alias, "n": len(rows)}
+                    meta = {"fingerprint": prints[alias], "variant": alias, "n": len(results)}
                     (predictions_dir / f"{alias}.meta.json").write_text(json.dumps(meta, indent=2) + "\n")
                 remove_partials(predictions_dir, [name])
     per_set, overall = _summaries(predictions_dir, variants, split)

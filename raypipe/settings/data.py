@@ -50,7 +50,7 @@ class WorldConfig(Section):
     #: fraction of people held out of training instances (with their works); their facts live only in
     #: passages (wiki or web) and the eval splits ask about them
     heldout_fraction: float = Field(0.1, ge=0.0, lt=1.0)
-    #: eval questions written per held-out split
+    #: eval items written per held-out split, no two alike: at most as many as the held-out people hold
     eval_instances: int = Field(200, ge=0)
     #: instances (and passages) per output shard file
     shard_size: int = Field(50_000, ge=1)

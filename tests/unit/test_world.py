@@ -191,7 +191,7 @@ def test_heldout_entities_never_in_training_and_answerable_from_passages(world, 
     items = {split: _eval(world, split) for split in ("heldout_qa", "heldout_fact", "heldout_mc")}
     assert all(len(v) == SMALL["eval_instances"] for v in items.values())
     heldout = {item["entity"] for v in items.values() for item in v}
-    # eval_instances >= n_heldout and the splits go round-robin, so every held-out person is asked about
+    # eval_instances >= n_heldout and the splits deal round by round, so every held-out person is asked about
     assert len(heldout) == stats["n_heldout"] > 0
     pattern = re.compile(r"\b(" + "|".join(map(re.escape, sorted(heldout))) + r")\b")
     for r in instances:
@@ -206,6 +206,34 @@ def test_heldout_entities_never_in_training_and_answerable_from_passages(world, 
     assert {item["label"] for item in items["heldout_fact"]} == {"true", "false"}
     for item in items["heldout_fact"]:
         assert any(item["entity"] in passages[p]["text"] for p in item["passage_ids"]), item
+
+
+def test_heldout_items_are_distinct_and_spread_over_the_population(world):
+    stats = json.loads((world / "world.json").read_text())
+    for split in ("heldout_qa", "heldout_fact", "heldout_mc"):
+        items = _eval(world, split)
+        asked = [(item["entity"], item["relation"]) for item in items]
+        assert len(set(asked)) == len(asked), split  # no (person, fact) asked twice
+        # round by round: the first n_heldout items ask each held-out person once
+        assert len({entity for entity, _ in asked[:stats["n_heldout"]]}) == stats["n_heldout"], split
+    biographies = [item["entity"] for item in _eval(world, "heldout_longform")]
+    assert sorted(biographies) == sorted(set(biographies)) and len(biographies) == stats["n_heldout"]
+    assert stats["eval"]["heldout_longform"] == stats["n_heldout"] < SMALL["eval_instances"]
+    noret = [(item["instruction"], item["input"]) for item in _eval(world, "heldout_noret")]
+    assert len(set(noret)) == len(noret) == SMALL["eval_instances"]
+
+
+def test_a_split_the_population_cannot_fill_holds_every_distinct_item_and_says_so(tmp_path, caplog):
+    cfg = _cfg(tmp_path, instances=200, shard_size=80, eval_instances=10_000)
+    with caplog.at_level("WARNING", logger="raypipe.data.world"):
+        stats = synthesize(cfg)
+    items = _eval(tmp_path, "heldout_qa")
+    assert stats["eval"]["heldout_qa"] == len(items) < 10_000
+    # every fact of every held-out person once: as many items as the people's facts
+    assert len(items) == len({(i["entity"], i["relation"]) for i in items})
+    assert {i["entity"] for i in items} == {i["entity"] for i in _eval(tmp_path, "heldout_longform")}
+    assert any("heldout_qa.jsonl holds" in r.getMessage() and "world.heldout_fraction" in r.getMessage()
+               for r in caplog.records)
 
 
 def test_some_heldout_facts_live_only_in_the_web_corpus(world, passages):
