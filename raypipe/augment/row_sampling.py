@@ -30,7 +30,8 @@ def apply_sampling(state: InstanceState, row_id: str, dataset: str, augmented: s
         u = seeded_uniform(cfg.seed, row_id, "upsample")
         state.random_draws["upsample"] = u
         state.copies = 1 + math.floor(extra) + (1 if u < extra - math.floor(extra) else 0)
-    if state.keep and dataset in cfg.qa_datasets and cfg.contrast_irrelevant_qa > 0 and contrast_segment(state) is not None:
+    contrasted = cfg.qa_datasets if cfg.contrast_datasets is None else cfg.contrast_datasets
+    if state.keep and dataset in contrasted and cfg.contrast_irrelevant_qa > 0 and contrast_segment(state) is not None:
         u = seeded_uniform(cfg.seed, row_id, "contrast")
         state.random_draws["contrast"] = u
         state.contrast = u < cfg.contrast_irrelevant_qa

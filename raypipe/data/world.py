@@ -33,7 +33,15 @@ from raypipe.data.io import write_jsonl, write_parquet
 from raypipe.data.schemas import INSTANCE_SCHEMA, PASSAGE_SCHEMA
 from raypipe.data.world_entities import World
 from raypipe.data.world_passages import passage, web_passage
-from raypipe.data.world_tasks import BUILDERS, DATASET_TASK, EVAL_SPLITS, check_mix, heldout_split
+from raypipe.data.world_tasks import (
+    BUILDERS,
+    DATASET_TASK,
+    EVAL_SPLITS,
+    Draft,
+    check_mix,
+    fact_verification_twins,
+    heldout_split,
+)
 from raypipe.errors import ConfigError
 from raypipe.settings.data import WorldConfig
 
@@ -67,13 +75,26 @@ def _write_shard(path: Path, schema: pa.Schema, rows: Iterator[dict[str, str]],
 
 
 def _instance_rows(world: World, k: int) -> Iterator[dict[str, str]]:
+    """Shard `k`'s instances. A fact-verification instance drawn for a twin (`world.fact_twins`) is
+    followed by its contradicting twin as the next instance, where the shard has room for both."""
     cfg = world.cfg
     rng = random.Random(world.hash.bits("instance-shard", k))
     datasets = [d for d in BUILDERS if cfg.mix.get(d, 0) > 0]
     weights = [cfg.mix[d] for d in datasets]
-    for idx in range(k * cfg.shard_size, min(cfg.instances, (k + 1) * cfg.shard_size)):
+    end = min(cfg.instances, (k + 1) * cfg.shard_size)
+    twin: Draft | None = None
+    for idx in range(k * cfg.shard_size, end):
+        if twin is not None:
+            yield twin.row(f"i{idx:07d}", "fact_verification")
+            twin = None
+            continue
         dataset = rng.choices(datasets, weights)[0]
-        draft = BUILDERS[dataset](world, rng, rng.random() < cfg.imperfect_fraction)
+        imperfect = rng.random() < cfg.imperfect_fraction
+        # the twin draw only where twins are on: a world without them keeps its bytes
+        if dataset == "fact_verification" and cfg.fact_twins > 0 and idx + 1 < end and rng.random() < cfg.fact_twins:
+            draft, twin = fact_verification_twins(world, rng, imperfect)
+        else:
+            draft = BUILDERS[dataset](world, rng, imperfect)
         yield draft.row(f"i{idx:07d}", dataset)
 
 
@@ -104,7 +125,9 @@ def _claim_out_dir(out: Path, cfg: WorldConfig) -> None:
     wanted = cfg.model_dump(exclude={"out_dir"})
     path = out / "config.json"
     if path.exists():
-        found = json.loads(path.read_text())
+        # a key added since that world was written reads as its default: the world is still the same
+        defaults = {k: f.default for k, f in WorldConfig.model_fields.items() if k in wanted}
+        found = {**defaults, **json.loads(path.read_text())}
         if found != wanted:
             diff = sorted(k for k in wanted.keys() | found.keys() if wanted.get(k) != found.get(k))
             raise ConfigError(f"world.out_dir {str(out)!r} holds a world built with a different config "

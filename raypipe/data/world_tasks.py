@@ -317,13 +317,30 @@ def _verdict(fact: Fact, label: str) -> str:
     return f"{fact.statement().removesuffix('.')}, so the statement is {label}."
 
 
-def fact_verification(world: World, rng: random.Random, imperfect: bool) -> Draft:
-    s = training_subject(world, rng)
-    fact = rng.choice(s.facts)
-    claim, label = _claim(world, fact, rng)
+def _fact_draft(s: Subject, fact: Fact, claim: str, label: str) -> Draft:
     # the passage stating the true value supports the verdict whether the claim is true or not
     return _about(s, [_grounded(_verdict(fact, label), [fact.value], _full(fact.passages))], list(fact.passages),
                   instruction=FACT_INSTRUCTION, input=claim, utility=5, extras={"label": label})
+
+
+def fact_verification(world: World, rng: random.Random, imperfect: bool) -> Draft:
+    s = training_subject(world, rng)
+    fact = rng.choice(s.facts)
+    return _fact_draft(s, fact, *_claim(world, fact, rng))
+
+
+def fact_verification_twins(world: World, rng: random.Random, imperfect: bool) -> tuple[Draft, Draft]:
+    """A claim and its contradicting twin, in a random order: the same subject, fact and passage, one
+    claim with the true value and one with a wrong value, their labels opposite (`world.fact_twins`).
+
+    Ours (FEVER has no such pairs): a generator that sees the verdict turn on the value alone, with the
+    passage unchanged, cannot answer from the claim's wording or the label's frequency."""
+    s = training_subject(world, rng)
+    fact = rng.choice(s.facts)
+    pair = [(fact.statement(), "true"), (fact.statement(wrong_values(world, fact, rng, 1)[0]), "false")]
+    rng.shuffle(pair)
+    first, second = (_fact_draft(s, fact, claim, label) for claim, label in pair)
+    return first, second
 
 
 @functools.cache

@@ -27,6 +27,10 @@ class SamplingConfig(Section):
     #: [Relevant] and up-sampling [Irrelevant] rows finds almost none (docs/augmentation.md), so the
     #: generator never sees a namesake's passage rejected. 0 = off (the paper's policy)
     contrast_irrelevant_qa: float = Field(0.0, ge=0.0, le=1.0)
+    #: ours: the datasets whose rows get those contrast copies (None = `qa_datasets`), so one task can go
+    #: without them (multiple choice, whose copies teach an answer after a rejected passage) while it
+    #: keeps the [Irrelevant] up-sampling
+    contrast_datasets: list[str] | None = None
     #: ours, not App. A.3: the share of kept rows (any dataset) that are also written once more with a
     #: passage the critic judged [Relevant] but [No support / Contradictory] in place of the chosen one
     #: (`augment.stages.render_unsupported`). App. A.2 picks a supporting passage wherever there is one,

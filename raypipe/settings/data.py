@@ -62,6 +62,9 @@ class WorldConfig(Section):
     web_only_fraction: float = Field(0.3, ge=0.0, le=1.0)
     #: fraction of outputs made deliberately incomplete or off-target (lower utility), so IsUse spans 1-5
     imperfect_fraction: float = Field(0.15, ge=0.0, le=1.0)
+    #: ours: the share of fact-verification instances followed by their contradicting twin (the same fact
+    #: and passage, the claim's value swapped, the label flipped), so the verdict turns on the value alone
+    fact_twins: float = Field(0.0, ge=0.0, le=1.0)
     #: relative weight of each training dataset, or a named mix: `table3` (the default: Self-RAG Table 3,
     #: ~63% instruction-following, ~37% knowledge-intensive) or `knowledge_heavy` (65% knowledge tasks)
     mix: dict[str, float] = MIX_PRESETS["table3"]

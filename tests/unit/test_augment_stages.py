@@ -310,3 +310,20 @@ def test_sampling_marks_contrast_copies_for_qa_rows_at_the_configured_share():
 
     assert 0.2 < marked("factual_qa", 0.25) < 0.3
     assert marked("factual_qa", 0.0) == 0.0 and marked("bio", 1.0) == 0.0
+
+
+def test_contrast_datasets_narrow_the_contrast_copies_and_leave_the_upsampling():
+    output, row_state = bio_row(RETRIEVER_TABLE)
+    output_irrelevant = output.replace(T.RELEVANT, T.IRRELEVANT, 1)
+    assert output_irrelevant != output
+    both = ["factual_qa", "multiple_choice"]
+    copies = {}
+    for contrast_datasets, contrasted in ((None, {"factual_qa", "multiple_choice"}), (["factual_qa"], {"factual_qa"})):
+        cfg = SamplingConfig(drop_no_retrieval=0.0, contrast_irrelevant_qa=1.0, upsample_irrelevant_qa=1.0,
+                             qa_datasets=both, contrast_datasets=contrast_datasets)
+        for dataset in both:
+            state = InstanceState.from_json(row_state.to_json())
+            apply_sampling(state, "row0", dataset, output_irrelevant, cfg)
+            assert state.contrast == (dataset in contrasted), (contrast_datasets, dataset)
+            copies.setdefault(dataset, set()).add(state.copies)
+    assert copies == {"factual_qa": {2}, "multiple_choice": {2}}  # the up-sampling as before

@@ -208,6 +208,39 @@ def test_heldout_entities_never_in_training_and_answerable_from_passages(world, 
         assert any(item["entity"] in passages[p]["text"] for p in item["passage_ids"]), item
 
 
+def test_a_contradicting_twin_differs_from_its_claim_only_in_the_value_and_the_label(tmp_path):
+    shard = 150
+    synthesize(_cfg(tmp_path, instances=400, shard_size=shard, fact_twins=1.0, eval_instances=0))
+    rows = pq.read_table(tmp_path / "instances").to_pylist()
+    pairs, i = 0, 0
+    while i < len(rows):
+        # every fact-verification instance drawn is followed by its twin, but at a shard's last slot
+        if rows[i]["dataset"] != "fact_verification" or i % shard == shard - 1 or i == len(rows) - 1:
+            i += 1
+            continue
+        a, b = rows[i], rows[i + 1]
+        meta_a, meta_b = json.loads(a["meta"]), json.loads(b["meta"])
+        assert b["dataset"] == "fact_verification" and {meta_a["label"], meta_b["label"]} == {"true", "false"}
+        assert a["instruction"] == b["instruction"]
+        truth = meta_a["sentences"][0]["facts"][0]
+        true_claim, false_claim = (a, b) if meta_a["label"] == "true" else (b, a)
+        # the claims: the true value swapped for another, the rest of the sentence alike
+        assert truth in true_claim["input"] and truth not in false_claim["input"]
+        head, _, tail = true_claim["input"].partition(truth)
+        head = head.removesuffix("an ").removesuffix("a ")  # the value's article goes with it
+        assert false_claim["input"].startswith(head) and false_claim["input"].endswith(tail)
+        # the verdicts: the same sentence but the label; the passages and the rest of the meta alike
+        assert a["output"].removesuffix(f"{meta_a['label']}.") == b["output"].removesuffix(f"{meta_b['label']}.")
+        def unlabelled(meta: dict) -> dict:
+            sentences = [{**x, "text": x["text"].removesuffix(f"{meta['label']}.")} for x in meta["sentences"]]
+            return {**{k: v for k, v in meta.items() if k != "label"}, "sentences": sentences}
+
+        assert unlabelled(meta_a) == unlabelled(meta_b)
+        pairs += 1
+        i += 2
+    assert pairs >= 10
+
+
 def test_heldout_items_are_distinct_and_spread_over_the_population(world):
     stats = json.loads((world / "world.json").read_text())
     for split in ("heldout_qa", "heldout_fact", "heldout_mc"):
