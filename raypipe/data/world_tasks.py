@@ -290,11 +290,12 @@ def bio(world: World, rng: random.Random, imperfect: bool) -> Draft:
                  relevant_passages=relevant)
 
 
-def _claim(world: World, fact: Fact, rng: random.Random) -> tuple[str, str]:
-    """A (claim, "true"|"false") pair: the fact itself or the fact with a wrong value."""
+def _claim(world: World, fact: Fact, rng: random.Random) -> tuple[str, str, str]:
+    """(claim, "true"|"false", the value it claims): the fact itself or the fact with a wrong value."""
     if rng.random() < 0.5:
-        return fact.statement(), "true"
-    return fact.statement(wrong_values(world, fact, rng, 1)[0]), "false"
+        return fact.statement(), "true", fact.value
+    wrong = wrong_values(world, fact, rng, 1)[0]
+    return fact.statement(wrong), "false", wrong
 
 
 def _options(world: World, fact: Fact, rng: random.Random) -> tuple[dict[str, str], str]:
@@ -317,10 +318,11 @@ def _verdict(fact: Fact, label: str) -> str:
     return f"{fact.statement().removesuffix('.')}, so the statement is {label}."
 
 
-def _fact_draft(s: Subject, fact: Fact, claim: str, label: str) -> Draft:
+def _fact_draft(s: Subject, fact: Fact, claim: str, label: str, claimed: str) -> Draft:
+    """`meta.claimed`: the value the claim states, what a verdict compares with the passage's."""
     # the passage stating the true value supports the verdict whether the claim is true or not
     return _about(s, [_grounded(_verdict(fact, label), [fact.value], _full(fact.passages))], list(fact.passages),
-                  instruction=FACT_INSTRUCTION, input=claim, utility=5, extras={"label": label})
+                  instruction=FACT_INSTRUCTION, input=claim, utility=5, extras={"label": label, "claimed": claimed})
 
 
 def fact_verification(world: World, rng: random.Random, imperfect: bool) -> Draft:
@@ -337,9 +339,10 @@ def fact_verification_twins(world: World, rng: random.Random, imperfect: bool) -
     passage unchanged, cannot answer from the claim's wording or the label's frequency."""
     s = training_subject(world, rng)
     fact = rng.choice(s.facts)
-    pair = [(fact.statement(), "true"), (fact.statement(wrong_values(world, fact, rng, 1)[0]), "false")]
+    wrong = wrong_values(world, fact, rng, 1)[0]
+    pair = [(fact.statement(), "true", fact.value), (fact.statement(wrong), "false", wrong)]
     rng.shuffle(pair)
-    first, second = (_fact_draft(s, fact, claim, label) for claim, label in pair)
+    first, second = (_fact_draft(s, fact, *claim) for claim in pair)
     return first, second
 
 
@@ -447,7 +450,7 @@ def heldout_qa(world: World, rng: random.Random, entity: str, fact: Fact, item_i
 
 
 def heldout_fact(world: World, rng: random.Random, entity: str, fact: Fact, item_id: str) -> dict[str, Any]:
-    claim, label = _claim(world, fact, rng)
+    claim, label, _ = _claim(world, fact, rng)
     return {"id": item_id, "claim": claim, "label": label, "entity": entity,
             "passage_ids": list(fact.passages), "relation": fact.relation}
 

@@ -173,6 +173,18 @@ class TrajectoryOracle(TrajectoryTeacher):
         words = ", ".join(first["facts"]) if first else item.entity
         return " ".join(words.split()[:10])
 
+    @staticmethod
+    def _comparison(item: TrajectoryItem) -> str:
+        """The claimed value beside the evidence's, before the verdict (ours; Figure 6 leaves the
+        analysis free): the verdict then follows from two values the trajectory names, not from the
+        claim's wording. Empty where the instance does not record its claimed value."""
+        claimed, stated = item.meta.get("claimed"), item.gold_facts[0] if item.gold_facts else None
+        if not claimed or not stated:
+            return ""
+        if claimed == stated:
+            return f"The claim gives {claimed}, as the evidence does. "
+        return f"The claim gives {claimed}, but the evidence gives {stated}. "
+
     def _analysis(self, item: TrajectoryItem, relevant: list[int]) -> tuple[str, str]:
         """(long answer with citations, short answer)."""
         grounded = [s for s in item.meta.get("sentences") or [] if s.get("facts")]
@@ -183,7 +195,7 @@ class TrajectoryOracle(TrajectoryTeacher):
             marks = citation_mark(relevant)
             evidence = _snippet(item.docs[relevant[0] - 1].text, item.gold_facts).rstrip(".")
             verdict = {SUPPORT: "supported", REFUTE: "refuted"}.get(item.gold, "not decided")
-            return f"{evidence} {marks}. The claim is therefore {verdict} by the evidence.", item.gold
+            return f"{evidence} {marks}. {self._comparison(item)}The claim is therefore {verdict} by the evidence.", item.gold
         # long form: each grounded sentence with the shown documents that support it; a sentence whose
         # supporting documents were not shown is left out (the teacher cannot cite what it did not see)
         parts = [s["text"].rstrip(".") + marks + "." for s in grounded if (marks := self._support_marks(item, s))]

@@ -30,6 +30,7 @@ from raypipe.trajectories.teachers import ERROR_KINDS, OpenAITrajectoryTeacher, 
 from raypipe.trajectory_format import (
     FACT_ANSWERS,
     NOT_ENOUGH_INFO,
+    REFUTE,
     SUPPORT,
     Cite,
     Trajectory,
@@ -112,6 +113,24 @@ def test_a_negative_fact_item_expects_not_enough_info_and_the_oracle_says_so():
     assert (neg.relevant, neg.answer, neg.cites) == (False, NOT_ENOUGH_INFO, ())
     for item, t in ((positive, pos), (negative, neg)):
         assert quality_control(item, t, WorldChecker(), QC).kept
+
+
+@pytest.mark.parametrize(("claimed", "label", "answer", "comparison"), [
+    ("Koradian", "true", SUPPORT, "The claim gives Koradian, as the evidence does."),
+    ("Helavian", "false", REFUTE, "The claim gives Helavian, but the evidence gives Koradian."),
+])
+def test_the_oracles_fact_analysis_names_the_claimed_value_beside_the_evidences(claimed, label, answer, comparison):
+    meta = {**FACT_META, "label": label, "claimed": claimed}
+    item = make_item(Question("f2", "fact", f"Margit Wesburn was {claimed}.", "q", meta), [OTHER, BIRTH],
+                     negative=False, rng=None)
+    t = parse_trajectory(TrajectoryOracle().reply(item).text, 2, FACT_ANSWERS)
+    assert t.answer == answer
+    assert comparison in t.analysis and t.analysis.index(comparison) < t.analysis.index("The claim is therefore")
+    assert quality_control(item, t, WorldChecker(), QC).kept
+    # an instance without its claimed value keeps the analysis without the comparison
+    plain = make_item(Question("f3", "fact", "Margit Wesburn was Koradian.", "q", FACT_META), [OTHER, BIRTH],
+                      negative=False, rng=None)
+    assert "The claim gives" not in parse_trajectory(TrajectoryOracle().reply(plain).text, 2, FACT_ANSWERS).analysis
 
 
 def test_faithful_oracle_trajectories_pass_qc_and_cite_the_supporting_documents():

@@ -165,6 +165,8 @@ def test_task_answers_match_ground_truth(instances, passages):
             assert r["output"].index(meta["sentences"][0]["facts"][0]) < r["output"].index(meta["label"])
             truth = meta["sentences"][0]["facts"][0]
             assert (truth in r["input"]) == (meta["label"] == "true"), r["id"]
+            # the value the claim states, recorded for the verdicts that compare it with the passage's
+            assert meta["claimed"] in r["input"] and (meta["claimed"] == truth) == (meta["label"] == "true")
         elif r["dataset"] == "multiple_choice":
             # the eval's matcher reads the training answer as the gold option (by the choice's text)
             assert sorted(meta["choices"]) == ["A", "B", "C", "D"]
@@ -233,9 +235,11 @@ def test_a_contradicting_twin_differs_from_its_claim_only_in_the_value_and_the_l
         assert a["output"].removesuffix(f"{meta_a['label']}.") == b["output"].removesuffix(f"{meta_b['label']}.")
         def unlabelled(meta: dict) -> dict:
             sentences = [{**x, "text": x["text"].removesuffix(f"{meta['label']}.")} for x in meta["sentences"]]
-            return {**{k: v for k, v in meta.items() if k != "label"}, "sentences": sentences}
+            return {**{k: v for k, v in meta.items() if k not in ("label", "claimed")}, "sentences": sentences}
 
         assert unlabelled(meta_a) == unlabelled(meta_b)
+        claimed = {json.loads(true_claim["meta"])["claimed"], json.loads(false_claim["meta"])["claimed"]}
+        assert truth in claimed and len(claimed) == 2
         pairs += 1
         i += 2
     assert pairs >= 10
