@@ -69,7 +69,7 @@ def demo_eval_block(metrics: dict[str, Any], path: str) -> str:
     per_set = metrics["per_set"]
     sets = ordered_sets(per_set)
     variants = list(metrics["accuracy"])
-    first = {s: next(iter(per_set[s].values())) for s in sets}
+    first = {s: per_set[s][variants[0]] for s in sets}
     # a set's judged items (the plain instructions' creative ones have no gold answer)
     lines = [markdown_row(["method", *(f"{set_name(s)} ({first[s].get('judged', first[s]['n'])})" for s in sets)]),
              markdown_row(["---"] * (1 + len(sets)))]
@@ -91,10 +91,21 @@ def demo_eval_block(metrics: dict[str, Any], path: str) -> str:
     lines += ["", "Cells: accuracy % [95% interval] (retrieval %); `!` one answer to most items (a collapse); "
               f"the papers' 7B rows in italics on the nearest public set ({nearest}): other data and models, "
               "so their ordering is what compares.", ""]
-    held = _comparisons(metrics)
-    if held:
-        lines += [held, ""]
+    for block in (_macro_f1(per_set, sets, variants), _comparisons(metrics)):
+        if block:
+            lines += [block, ""]
     return "\n".join([*lines, _source_line(metrics["run"], path)])
+
+
+def _macro_f1(per_set: dict[str, Any], sets: list[str], variants: list[str]) -> str:
+    """A line per closed set: each variant's macro-F1 over the gold labels, beside accuracy where one
+    label is most of the golds (always answering it scores its share in accuracy, not in macro-F1)."""
+    lines = []
+    for s in sets:
+        scores = [(v, f1) for v in variants if (f1 := (per_set[s][v].get("answers") or {}).get("macro_f1")) is not None]
+        if scores:
+            lines.append(f"- {set_name(s)}: " + ", ".join(f"{_variant_name(v)} {f1:.2f}" for v, f1 in scores))
+    return "\n".join(["Macro-F1 over the gold labels:", *lines]) if lines else ""
 
 
 def _cell(summary: dict[str, Any]) -> str:

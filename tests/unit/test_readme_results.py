@@ -36,8 +36,8 @@ def _summary(accuracy: float, interval: tuple[float, float], retrieval: float, a
 
 
 def _metrics() -> dict:
-    fact_answers = {"majority_baseline": 0.66, "chance": 0.5, "collapsed": False}
-    collapsed = {"majority_baseline": 0.66, "chance": 0.5, "collapsed": True}
+    fact_answers = {"majority_baseline": 0.66, "chance": 0.5, "collapsed": False, "macro_f1": 0.6834}
+    collapsed = {"majority_baseline": 0.66, "chance": 0.5, "collapsed": True, "macro_f1": 0.2537}
     per_set = {  # in file order: the block orders the sets itself, QA first
         "heldout_fact": {"adaptive": _summary(0.70, (0.644, 0.75), 1.0, fact_answers),
                          "rag": _summary(0.34, (0.29, 0.395), 1.0, collapsed)},
@@ -71,6 +71,9 @@ def test_the_demo_table_shows_intervals_baselines_papers_and_the_verdicts():
     assert by_name["*CRAG Table 1, RAG on LLaMA2-hf-7b*"] == ["*50.5*", "*48.9*"]
     assert "- QA: Self-RAG (adaptive) ahead of RAG (p = 0.0021)" in text.splitlines()
     assert "- fact verification: Self-RAG (adaptive) ahead of RAG (p = 1.2e-09)" in text.splitlines()
+    # macro-F1 beside accuracy for the closed sets that carry it; QA has none
+    assert "- fact verification: Self-RAG (adaptive) 0.68, RAG 0.25" in text.splitlines()
+    assert not any(line.startswith("- QA: Self-RAG (adaptive) 0.") for line in text.splitlines())
     assert text.endswith("2026-12-03, Intel(R) Xeon(R) Processor, AMX, 2 cores, commit 0123456.")
 
 
