@@ -29,3 +29,22 @@ class ModelError(RaypipeError):
 
 class IndexMismatchError(RaypipeError):
     """A faiss index whose manifest disagrees with the configured encoder."""
+
+
+class DiskFullError(RaypipeError):
+    """A write that found its filesystem full (ENOSPC) or the user's quota spent (EDQUOT).
+
+    Raised by `raypipe.disk` at the write that failed, so the message names that path; the writers
+    remove their temp files and write a job's done-markers last, so a rerun after space is freed
+    redoes only what was not finished.
+    """
+
+    def __init__(self, path: str):
+        self.path = str(path)
+        super().__init__(f"no space left on the disk to write {self.path} (the disk is full or the quota is "
+                         "spent): nothing half-written was kept; free space there and rerun the same command, "
+                         "which resumes where this run stopped")
+
+    def __reduce__(self) -> tuple[type, tuple[str]]:
+        # Ray carries a worker's exception to the driver by pickling it: rebuild from the path, not the message
+        return type(self), (self.path,)

@@ -99,6 +99,15 @@ def world_dir(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 16 MiB tmpfs of the test's own, to fill (tests/small_disk.py); unmounted after the test."""
+    from tests.small_disk import mounted
+
+    with mounted(tmp_path / "small_disk") as disk:
+        yield disk
+
+
 @pytest.fixture(scope="session")
 def keyword_searcher(world_dir):
     """A picklable factory of a word-overlap searcher over the world's passages: stands in for the

@@ -44,6 +44,7 @@ from raypipe.augment.stages import REJECT, REJECT_DETAIL, REJECT_FIELD
 from raypipe.augment.state import InstanceState
 from raypipe.data.io import list_data_files, validate_batch, write_jsonl, write_parquet
 from raypipe.data.schemas import INSTANCE_SCHEMA
+from raypipe.disk import warn_if_short_of_space, write_text
 from raypipe.errors import ConfigError, DataError
 from raypipe.heap import release_freed_memory
 from raypipe.logs import ProgressLog
@@ -316,7 +317,7 @@ class ShardWriter:
         stem = Path(src).name.removesuffix(".parquet")
         counts.update(rejected=len(rejects), written=len(kept))
         write_jsonl(rejects, self.rejects_dir / f"{stem}.rejects.jsonl")
-        (self.counts_dir / f"{stem}.json").write_text(json.dumps(dict(counts)) + "\n")
+        write_text(self.counts_dir / f"{stem}.json", json.dumps(dict(counts)) + "\n")
         write_jsonl([{k: r[k] for k in OUTPUT_COLUMNS} for r in kept], self.jsonl_dir / f"{stem}.jsonl")
         # parquet last: its presence marks the shard finished for a rerun
         write_parquet(_table(kept), self.data_dir / f"{stem}.parquet")
@@ -403,6 +404,21 @@ def output_settings(s: AugmentSections) -> dict[str, Any]:
     }
 
 
+#: the passage lists an output row's `state` records, in `retrieval.top_k` passages each: the first
+#: retrieval's and one per segment, for the ~4 sentences of a typical output (docs/cluster.md)
+PASSAGE_LISTS_PER_ROW = 5
+#: bytes of one recorded passage: a 100-word Wikipedia passage with its title, id and JSON keys
+PASSAGE_BYTES = 800
+
+
+def output_bytes_estimate(files: list[str], rows: int, top_k: int) -> int:
+    """The most the output of `rows` instances read from `files` should take: their text twice (the
+    parquet shard and its jsonl copy), at the input's own size, plus the passages each row's state
+    records. Passages counted uncompressed: an upper end, the figure of a warning, not a quota."""
+    input_bytes = sum(Path(f).stat().st_size for f in files)
+    return 2 * input_bytes + rows * top_k * PASSAGE_LISTS_PER_ROW * PASSAGE_BYTES
+
+
 def check_settings(out_dir: Path, settings: dict[str, Any], n_done: int) -> None:
     """Refuse to add shards to a folder whose finished shards were made with other settings.
 
@@ -425,7 +441,7 @@ def check_settings(out_dir: Path, settings: dict[str, Any], n_done: int) -> None
         logger.warning("%s: %d finished shards with no record of their settings; resuming with the current "
                        "ones", out_dir, n_done)
     out_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n")
+    write_text(path, json.dumps(settings, indent=2, sort_keys=True) + "\n")
 
 
 def augment(s: AugmentSections, ray_cfg: RayConfig, progress_every_s: float) -> dict[str, Any]:
@@ -450,11 +466,14 @@ def augment(s: AugmentSections, ray_cfg: RayConfig, progress_every_s: float) -> 
     start = time.perf_counter()
     n_in = 0
     ray_stats = ""
+    (out_dir / "_SUCCESS").unlink(missing_ok=True)  # a run that stops (a full disk, a collapse) leaves none
     if todo:
+        expected = {f: pq.ParquetFile(f).metadata.num_rows for f in todo}
+        estimate = output_bytes_estimate(todo, sum(expected.values()), s.retrieval.top_k)
+        warn_if_short_of_space(out_dir, estimate, "augment")
         ensure_ray(ray_cfg)
         ctx = ray.data.DataContext.get_current()
         ctx.execution_options.preserve_order = True
-        expected = {f: pq.ParquetFile(f).metadata.num_rows for f in todo}
         writer = ShardWriter(out_dir, expected, seen_ids)
         ds = build_dataset(todo, s)
         progress = ProgressLog("augment", sum(expected.values()), every_s=progress_every_s)
@@ -476,10 +495,9 @@ def augment(s: AugmentSections, ray_cfg: RayConfig, progress_every_s: float) -> 
         **_shard_stats(out_dir),
     }
     stats["collapse_check"] = run_collapse_check(a.collapse_check, s.teacher, out_dir, files)
-    (out_dir / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
+    write_text(out_dir / "stats.json", json.dumps(stats, indent=2) + "\n")
     if ray_stats:
-        (out_dir / "ray_data_stats.txt").write_text(ray_stats)
-    (out_dir / "_SUCCESS").unlink(missing_ok=True)  # a collapse that fails the job leaves none behind
+        write_text(out_dir / "ray_data_stats.txt", ray_stats)
     announce(stats["collapse_check"], a.collapse_check, s.teacher.kind)
     (out_dir / "_SUCCESS").touch()
     return stats

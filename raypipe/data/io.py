@@ -19,12 +19,12 @@ JSON lines are decoded line by line from bytes, so one line of invalid UTF-8 rej
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import os
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from raypipe.data.schemas import NON_EMPTY, OPTIONAL_DEFAULTS, SCHEMAS
+from raypipe.disk import atomic_path, full_disk_named, temp_sibling
 from raypipe.errors import DataError
 from raypipe.settings.data import LimitsConfig
 
@@ -374,31 +375,12 @@ def _chunks(items: Iterator[_Item], size: int) -> Iterator[list[_Item]]:
 # --- writing ---------------------------------------------------------------------------------------
 
 
-def _tmp_path(target: Path) -> Path:
-    """A hidden sibling (so directory listings skip it) on the same filesystem (so rename is atomic)."""
-    return target.with_name(f".{target.name}.{os.getpid()}.tmp")
-
-
 def _json_line(row: dict[str, Any]) -> str:
     return json.dumps(row, ensure_ascii=False) + "\n"
 
 
-@contextmanager
-def _atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yields a temp path to write; on success it replaces `path`, on failure it vanishes, so readers
-    never see a half-written file and an interrupted job leaves the previous output intact."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp_path(target)
-    try:
-        yield tmp
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def write_parquet(table: pa.Table, path: str | Path) -> Path:
-    with _atomic_path(path) as tmp:
+    with atomic_path(path) as tmp:
         pq.write_table(table, tmp)
     return Path(path)
 
@@ -407,7 +389,7 @@ def write_jsonl(rows: Iterable[dict[str, Any]] | pa.Table, path: str | Path) -> 
     """One JSON object per line, UTF-8 (not ASCII-escaped); a table is written batch by batch."""
     if isinstance(rows, pa.Table):
         rows = (row for batch in rows.to_batches() for row in batch.to_pylist())
-    with _atomic_path(path) as tmp, tmp.open("w", encoding="utf-8") as fh:
+    with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8") as fh:
         for row in rows:
             fh.write(_json_line(row))
     return Path(path)
@@ -427,10 +409,11 @@ class _RejectsFile:
     def write(self, records: list[dict[str, Any]]) -> None:
         if self.path is None or not records:
             return
-        if self._fh is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fh = _tmp_path(self.path).open("w", encoding="utf-8")
-        self._fh.writelines(_json_line(record) for record in records)
+        with full_disk_named(self.path):
+            if self._fh is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._fh = temp_sibling(self.path).open("w", encoding="utf-8")
+            self._fh.writelines(_json_line(record) for record in records)
 
     def commit(self) -> str | None:
         if self.path is None:
@@ -438,14 +421,16 @@ class _RejectsFile:
         if self._fh is None:
             self.path.unlink(missing_ok=True)
             return None
-        self._fh.close()
-        os.replace(_tmp_path(self.path), self.path)
+        with full_disk_named(self.path):
+            self._fh.close()
+            os.replace(temp_sibling(self.path), self.path)
         return str(self.path)
 
     def discard(self) -> None:
         if self._fh is not None and self.path is not None:
-            self._fh.close()
-            _tmp_path(self.path).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # the flush of a close on a full disk fails: the file goes anyway
+                self._fh.close()
+            temp_sibling(self.path).unlink(missing_ok=True)
 
 
 # --- reading ---------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ def build_base_model(tiny: TinyModelConfig, world_dir: str) -> dict[str, Any]:
         build_tiny_model(tiny, texts, out)
         done.touch()
     tokenizer = load_tokenizer(out)
-    n_params = _count_parameters(out)
+    n_params = count_parameters(out)
     return {
         "model_dir": str(out),
         "skipped (already built)": skipped,
@@ -38,7 +38,7 @@ def build_base_model(tiny: TinyModelConfig, world_dir: str) -> dict[str, Any]:
     }
 
 
-def _count_parameters(model_dir: Path) -> int:
+def count_parameters(model_dir: Path) -> int:
     """Parameter count from the safetensors headers, without loading the model."""
     from safetensors import safe_open
 

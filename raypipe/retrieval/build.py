@@ -7,7 +7,9 @@ Steps, each durable so a rerun redoes only what changed:
 4. add the shards: for IVF indexes in parallel Ray tasks, one per shard, whose partial indexes are
    merged in shard order with ids shifted (so ids stay positions in the passages file); other kinds
    (Flat, HNSW, refine wrappers) cannot merge and are added shard by shard, HNSW using all cores;
-5. write index.faiss, passages.arrow (index order), manifest.json, stats.json and `_SUCCESS`.
+5. write index.faiss, passages.arrow (index order), manifest.json, stats.json and `_SUCCESS`; a rebuild
+   removes the manifest and `_SUCCESS` first, so one that stops halfway (a full disk) leaves no index a
+   loader or a rerun would take as whole.
 The index steps are skipped when `_SUCCESS` and the manifest show the same factory over the same shards.
 """
 
@@ -29,6 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from raypipe.data.io import list_data_files
+from raypipe.disk import write_text
 from raypipe.errors import ConfigError, DataError
 from raypipe.retrieval import index as faiss_index
 from raypipe.retrieval.embed import (
@@ -170,7 +173,9 @@ def assemble_index(out_dir: Path, files: list[Path], normalize: bool, cfg: Index
         logger.info("index in %s is current; nothing to rebuild", out_dir)
         return IndexBuild(Manifest.read(out_dir), True, rejects)
     start = time.perf_counter()
-    (out_dir / SUCCESS_FILE).unlink(missing_ok=True)
+    # the manifest goes too: written last, it is what tells a loader that index and passages are whole
+    for marker in (SUCCESS_FILE, MANIFEST_FILE):
+        (out_dir / marker).unlink(missing_ok=True)
     index = build_index(shards, counts, stamps[0]["dim"], cfg)
     faiss_index.write(index, out_dir / INDEX_FILE)
     write_passages((read_passages(s) for s in shards), out_dir / PASSAGES_FILE)
@@ -203,7 +208,7 @@ def build_index_folder(encoder_cfg: EncoderConfig, index_cfg: IndexConfig, limit
         "index_skipped": built.skipped, "index_seconds": round(time.perf_counter() - start, 3),
         "rejects": built.rejects, "rejects_dir": str(out_dir / REJECTS_DIR) if built.rejects else None,
     }
-    (out_dir / STATS_FILE).write_text(json.dumps(stats, indent=2) + "\n")
+    write_text(out_dir / STATS_FILE, json.dumps(stats, indent=2) + "\n")
     (out_dir / SUCCESS_FILE).touch()
     logger.info("index %s: %d passages (%s)", out_dir, manifest.count, manifest.factory)
     return stats

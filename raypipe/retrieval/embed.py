@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 from raypipe.data.io import read_records, write_parquet
 from raypipe.data.schemas import PASSAGE_SCHEMA
-from raypipe.errors import DataError
+from raypipe.errors import DataError, DiskFullError
 from raypipe.settings.data import LimitsConfig
 from raypipe.settings.retrieval import EncoderConfig, IndexConfig
 
@@ -108,13 +108,22 @@ class ShardEmbedder:
         return {key: [r[key] for r in results] for key in results[0]}
 
     def embed_file(self, source: Path, target: Path, stamp: dict[str, Any]) -> dict[str, Any]:
-        """Embed one file; a duplicate id inside it stops before any embedding work (reported, and
-        raised by the driver, which also sees duplicates across files)."""
+        """Embed one file; a duplicate id inside it stops before any embedding work, and a full disk
+        stops the file with no shard written. Both are reported (`duplicate_id`, `disk_full`: the path
+        that could not be written) and raised by the driver, so the job ends with our error rather than
+        Ray Data's wrapper around an actor's traceback."""
+        result = {"source": str(source), "shard": target.name, "rows": 0, "seconds": 0.0, "duplicate_id": "",
+                  "disk_full": ""}
+        try:
+            return self._embed(source, target, stamp, result)
+        except DiskFullError as exc:
+            return {**result, "disk_full": exc.path}
+
+    def _embed(self, source: Path, target: Path, stamp: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
         from raypipe.retrieval.encoders import passage_texts
 
         table, report = read_records(source, "passage", rejects_dir=self.rejects_dir, limits=self.limits)
-        result = {"source": str(source), "shard": target.name, "rows": table.num_rows, "seconds": 0.0,
-                  "duplicate_id": ""}
+        result["rows"] = table.num_rows
         if report.rejects.get("duplicate_id"):
             result["duplicate_id"] = _first_rejected_id(report.rejects_path, "duplicate_id") or "?"
             return result
@@ -169,6 +178,8 @@ def embed_shards(files: list[Path], out_dir: Path, encoder_cfg: EncoderConfig,
     results = ds.take_all()
     stats["embed_seconds"] = time.perf_counter() - start
     for r in results:
+        if r["disk_full"]:
+            raise DiskFullError(r["disk_full"])
         if r["duplicate_id"]:
             raise DataError("duplicate passage id in one file; ids must be unique across the corpus",
                             file=r["source"], row_id=r["duplicate_id"], field="id")

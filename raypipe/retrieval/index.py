@@ -13,6 +13,8 @@ from pathlib import Path
 import faiss
 import numpy as np
 
+from raypipe.disk import atomic_path
+
 logger = logging.getLogger(__name__)
 
 METRICS = {"ip": faiss.METRIC_INNER_PRODUCT, "l2": faiss.METRIC_L2}
@@ -87,10 +89,11 @@ def train(index: faiss.Index, sample: np.ndarray, use_gpu: bool) -> faiss.Index:
 
 
 def write(index: faiss.Index, path: Path) -> None:
-    """`index` must be a CPU index. Atomic: a crash mid-write never leaves a truncated index.faiss that loads as garbage."""
-    tmp = path.with_name(path.name + ".tmp")
-    faiss.write_index(index, str(tmp))
-    tmp.replace(path)
+    """`index` must be a CPU index. Atomic: a crash mid-write never leaves a truncated index.faiss that
+    loads as garbage. Written through a Python file, whose errors keep their errno (a full disk is named
+    as such) and whose close fails loudly; faiss' own file writer only prints a failed close."""
+    with atomic_path(path) as tmp, tmp.open("wb") as fh:
+        faiss.write_index(index, faiss.PyCallbackIOWriter(fh.write))
 
 
 def read(path: Path, *, mmap: bool) -> faiss.Index:

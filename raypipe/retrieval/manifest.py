@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from raypipe.disk import write_text
 from raypipe.errors import IndexMismatchError
 
 MANIFEST_FILE = "manifest.json"
@@ -36,11 +37,7 @@ class Manifest:
     build_settings: dict[str, Any] = field(default_factory=dict)
 
     def write(self, index_dir: Path) -> Path:
-        path = index_dir / MANIFEST_FILE
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
-        tmp.replace(path)
-        return path
+        return write_text(index_dir / MANIFEST_FILE, json.dumps(asdict(self), indent=2) + "\n")
 
     @classmethod
     def read(cls, index_dir: Path) -> Manifest:

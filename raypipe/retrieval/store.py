@@ -16,17 +16,16 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from raypipe.data.schemas import PASSAGE_SCHEMA
+from raypipe.disk import atomic_path
 
 
 def write_passages(tables: Iterable[pa.Table], path: Path) -> int:
     """Stream tables (PASSAGE_SCHEMA columns, in index order) into `path` atomically; returns rows."""
-    tmp = path.with_name(path.name + ".tmp")
     rows = 0
-    with pa.OSFile(str(tmp), "wb") as sink, ipc.new_file(sink, PASSAGE_SCHEMA) as writer:
+    with atomic_path(path) as tmp, pa.OSFile(str(tmp), "wb") as sink, ipc.new_file(sink, PASSAGE_SCHEMA) as writer:
         for table in tables:
             writer.write_table(table.select(PASSAGE_SCHEMA.names).cast(PASSAGE_SCHEMA))
             rows += table.num_rows
-    tmp.replace(path)
     return rows
 
 

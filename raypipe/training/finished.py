@@ -13,6 +13,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from raypipe.disk import write_text
+
 logger = logging.getLogger(__name__)
 
 SUCCESS = "_SUCCESS"
@@ -38,7 +40,7 @@ def mark_finished(out: Path, stats: dict[str, Any], *, keep_checkpoints: bool) -
     remove the job's Ray Train checkpoints. A finished folder is never resumed (a rerun returns its
     summary), so they are only disk: each holds the optimizer state, several times the model's size.
     Removed after the marker, so a crash in between leaves a finished folder, not a lost resume point."""
-    (out / STATS_FILE).write_text(json.dumps(stats, indent=1))
+    write_text(out / STATS_FILE, json.dumps(stats, indent=1))
     (out / SUCCESS).touch()
     checkpoints = out / CHECKPOINTS_DIR
     if not keep_checkpoints and checkpoints.exists():

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from raypipe.disk import full_disk_named
 from raypipe.runtime import WORKER_ENV
 from raypipe.training.checkpoint import MODEL_DIR, TrainState, restore_checkpoint, save_checkpoint
 from raypipe.training.strategy import WorkerStrategy
@@ -101,7 +102,7 @@ class MetricsLog:
     def write(self, record: dict[str, Any]) -> None:
         if self.rank == 0:
             line = {**record, "total_steps": self.total_steps, "attempt_start_step": self.attempt_start_step}
-            with self.path.open("a") as fh:
+            with full_disk_named(self.path), self.path.open("a") as fh:
                 fh.write(json.dumps(line) + "\n")
 
 

@@ -26,7 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from raypipe.disk import warn_if_short_of_space, write_text
 from raypipe.errors import ConfigError
+from raypipe.models.base_model import count_parameters
 from raypipe.models.prompt_format import resolve_format
 from raypipe.prompts import PromptFormatName
 from raypipe.settings.cluster import RayConfig
@@ -138,8 +140,23 @@ def fit_stage(tc: ModelTrainConfig, stage: TrainStage, base_model: str, data: St
         "tokens_per_s": _throughput(history), "seconds": round(time.perf_counter() - start, 1),
         "metrics_log": str(metrics_log), "history": history,
     }
-    (export_dir / STATS_FILE).write_text(json.dumps(stats, indent=1))
+    write_text(export_dir / STATS_FILE, json.dumps(stats, indent=1))
     return stats
+
+
+#: bytes per parameter of a ZeRO checkpoint (the fp32 master weights and Adam's two moments, 12, plus
+#: the bf16 partitions: ModelTrainConfig's figure) and of an exported model (fp32 weights)
+CHECKPOINT_BYTES_PER_PARAM, EXPORT_BYTES_PER_PARAM = 14, 4
+
+
+def disk_estimate(tc: ModelTrainConfig, n_params: int) -> int:
+    """The most a run of `tc` on a model of `n_params` parameters writes under its `out_dir`: every stage
+    keeps `keep_checkpoints` checkpoints until the job ends, one more is in flight (Ray Train deletes the
+    oldest after the new one is whole) and passes through the worker's temp folder first, and every
+    stage exports its model. Counts every parameter as trained and every stage as still to run: an
+    upper end, the figure of a warning."""
+    checkpoints = len(tc.stages) * tc.keep_checkpoints + 2
+    return n_params * (CHECKPOINT_BYTES_PER_PARAM * checkpoints + EXPORT_BYTES_PER_PARAM * len(tc.stages))
 
 
 def _throughput(history: list[dict[str, Any]]) -> float | None:
@@ -173,6 +190,7 @@ def train_lm(tc: ModelTrainConfig, which: str, ray_cfg: RayConfig) -> dict[str, 
     # fail here, not inside a Ray task, on a missing or broken base model
     prompt_format = resolve_format(tc.prompt_format, base, load_tokenizer(base))
     check_positions(tc, which, base)
+    warn_if_short_of_space(out, disk_estimate(tc, count_parameters(Path(base))), f"training.{which}")
     ensure_ray(ray_cfg)
     stages: list[dict[str, Any]] = []
     for i, stage in enumerate(tc.stages):

@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "raypipe"
 
 #: top-level module or package -> layer; a lower layer never imports a higher one
 LAYERS: dict[str, int] = {
-    **dict.fromkeys(["errors", "tokens", "prompts", "trajectory_format", "settings", "logs", "http_retry"], 0),
+    **dict.fromkeys(["errors", "tokens", "prompts", "trajectory_format", "settings", "logs", "http_retry", "disk"], 0),
     **dict.fromkeys(["data", "models", "inference", "retrieval", "clients", "runtime", "reaper", "heap",
                      "provenance"], 1),
     "methods": 2,
