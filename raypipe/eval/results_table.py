@@ -140,7 +140,8 @@ def results_markdown(metrics: dict[str, Any]) -> str:
         "",
         markdown_row(["method", "model", *(set_name(s) for s in sets)]),
         markdown_row(["---"] * (2 + len(sets))),
-        markdown_row(["questions", "", *(str(max(per_set[s][rows[m]["variant"]]["n"] for m in methods)) for s in sets)]),
+        # the headline variants' count: a sweep's variants may score fewer (`eval.sweep_limit`)
+        markdown_row(["questions", "", *(str(max(v["n"] for v in per_set[s].values())) for s in sets)]),
     ]
     baselines = [_majority_baseline(per_set[s]) for s in sets]
     if any(b is not None for b in baselines):
