@@ -34,6 +34,7 @@ from rich.rule import Rule
 from rich.table import Table
 
 from raypipe.config import RaypipeConfig
+from raypipe.disk import write_text
 
 logger = logging.getLogger(__name__)
 console = Console()
@@ -291,7 +292,7 @@ def run_demo(cfg: RaypipeConfig) -> dict[str, Any]:
         times[name] = round(time.perf_counter() - start, 1)
     clock = demo_times(times, time.perf_counter() - total, Path(cfg.run_dir))
     clock_file = Path(cfg.run_dir) / TIMES_FILE
-    clock_file.write_text(json.dumps(clock, indent=2) + "\n")
+    write_text(clock_file, json.dumps(clock, indent=2) + "\n")
     console.rule("[bold]demo: done")
     console.print(stage_table(f"stage times (s), {clock['cpu']}, {clock['cores']} cores -> {clock_file}:",
                               {"stages": {**times, "total": clock["total_s"]}}, clip=False))

@@ -19,6 +19,7 @@ import numpy as np
 from raypipe.critic.dataset import read_split, split_examples
 from raypipe.critic.predict import make_predictor
 from raypipe.critic.predictor import ReflectionPredictor
+from raypipe.disk import write_text
 from raypipe.prompts import ASPECT_LABELS, Aspect
 from raypipe.settings.models import EngineKind
 
@@ -68,7 +69,7 @@ def agreement_report(predictor_or_model_path: ReflectionPredictor | str | Path, 
     report = {"n": n, "accuracy": correct / n if n else 0.0, "aspects": reports}
     if out_path is not None:
         Path(out_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(out_path).write_text(json.dumps(report, indent=2) + "\n")
+        write_text(out_path, json.dumps(report, indent=2) + "\n")
     if show:
         print_agreement(report)
     return report

@@ -37,6 +37,7 @@ from raypipe.critic.teachers import LabelRequest, Teacher
 from raypipe.data.io import read_records, write_jsonl, write_parquet
 from raypipe.data.segment import Segmenter
 from raypipe.data.stable_random import stable_uniforms
+from raypipe.disk import write_text
 from raypipe.errors import RaypipeError
 from raypipe.prompts import Aspect, CriticExample, critic_prompt, task_input
 from raypipe.settings.data import LimitsConfig, SegmentationConfig
@@ -177,7 +178,7 @@ def write_critic_data(lc: LabelConfig, retrieval: RetrievalConfig, segmentation:
         "instances_read": instance_report.as_dict(), "passages_read": passage_report.as_dict(),
         "seconds": round(time.perf_counter() - start, 2),
     }
-    stats_path.write_text(json.dumps(stats, indent=2) + "\n")
+    write_text(stats_path, json.dumps(stats, indent=2) + "\n")
     failed = sum(teacher.failed.values())
     if failed:
         raise RaypipeError(f"{failed} teacher requests failed after retries; D_critic in {out} is "

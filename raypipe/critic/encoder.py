@@ -26,6 +26,7 @@ from typing import Any, Literal, get_args
 
 import numpy as np
 
+from raypipe.disk import write_text
 from raypipe.errors import ModelError
 from raypipe.prompts import ASPECT_LABELS, Aspect, CriticExample, critic_prompt
 
@@ -101,7 +102,7 @@ def write_manifest(folder: Path, base_model: str, layers: int | None, max_length
     its heads."""
     manifest = {"kind": KIND, "base_model": base_model, "layers": layers, "max_length": max_length,
                 "input": input_format, "heads": head_layout()}
-    (folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    write_text(folder / MANIFEST, json.dumps(manifest, indent=2) + "\n")
 
 
 def read_manifest(folder: str | Path) -> dict[str, Any]:

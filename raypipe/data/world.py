@@ -42,6 +42,7 @@ from raypipe.data.world_tasks import (
     fact_verification_twins,
     heldout_split,
 )
+from raypipe.disk import write_text
 from raypipe.errors import ConfigError
 from raypipe.settings.data import WorldConfig
 
@@ -135,7 +136,7 @@ def _claim_out_dir(out: Path, cfg: WorldConfig) -> None:
                               f"world.out_dir or delete that folder")
         return
     out.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(wanted, indent=2, sort_keys=True) + "\n")
+    write_text(path, json.dumps(wanted, indent=2, sort_keys=True) + "\n")
 
 
 def _write_eval(world: World, heldout: list[int], out: Path) -> dict[str, int]:
@@ -198,7 +199,7 @@ def synthesize(cfg: WorldConfig) -> dict[str, Any]:
         if missing:
             logger.info("%s: writing eval split(s) %s, added since this world was written", out, missing)
             stats["eval"] = _write_eval(world, world.heldout_people(), out)
-            (out / "world.json").write_text(json.dumps(stats, indent=2) + "\n")
+            write_text(out / "world.json", json.dumps(stats, indent=2) + "\n")
         else:
             logger.info("%s already holds this world; nothing to do", out)
         return stats
@@ -235,7 +236,7 @@ def synthesize(cfg: WorldConfig) -> dict[str, Any]:
         "eval": eval_counts,
         "timing": {"seconds": round(seconds, 3), "instances_per_second": round(cfg.instances / seconds)},
     }
-    (out / "world.json").write_text(json.dumps(stats, indent=2) + "\n")
+    write_text(out / "world.json", json.dumps(stats, indent=2) + "\n")
     (out / "_SUCCESS").touch()
     logger.info("wrote %s in %.1f s", out, stats["timing"]["seconds"])
     return stats

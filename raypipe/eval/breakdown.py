@@ -20,6 +20,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from raypipe.disk import write_text
+
 #: the closed and short-answer sets the world's eval holds; long-form and no-retrieval sets have no
 #: attribute to split by
 SETS = ("heldout_qa", "heldout_fact", "heldout_mc")
@@ -157,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     result = breakdown(predictions, items, passages)
     out = args.eval_dir / "breakdown.json"
-    out.write_text(json.dumps({"groups": result, "totals": totals(result)}, indent=1) + "\n")
+    write_text(out, json.dumps({"groups": result, "totals": totals(result)}, indent=1) + "\n")
     print(render(result, args.variants), end="")
     print(f"written: {out}")
     return 0

@@ -44,6 +44,7 @@ from typing import Any
 
 from raypipe.config import EvalConfig, MethodsConfig
 from raypipe.data.io import write_jsonl
+from raypipe.disk import write_text
 from raypipe.errors import ConfigError, DataError, ModelError
 from raypipe.eval.comparisons import stated_comparisons
 from raypipe.eval.crag_steps import describe as describe_steps
@@ -452,7 +453,7 @@ def evaluate(cfg: EvalSections, searcher_factory: SearcherFactory | None = None)
                 for alias in alike[prints[name]]:
                     write_jsonl(lines, predictions_dir / f"{alias}.jsonl")
                     meta = {"fingerprint": prints[alias], "variant": alias, "n": len(results)}
-                    (predictions_dir / f"{alias}.meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+                    write_text(predictions_dir / f"{alias}.meta.json", json.dumps(meta, indent=2) + "\n")
                 remove_partials(predictions_dir, [name])
     per_set, overall = _summaries(predictions_dir, variants, split)
     sweeps = {"threshold": _sweep(per_set, variants, "threshold", "threshold"),
@@ -502,8 +503,8 @@ def evaluate(cfg: EvalSections, searcher_factory: SearcherFactory | None = None)
         "eval_sets": {name: r.as_dict() for name, r in reports.items()},
         "plots": plots,
     }
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-    (out / RESULTS_TABLE).write_text(results_markdown(metrics), encoding="utf-8")
+    write_text(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+    write_text(out / RESULTS_TABLE, results_markdown(metrics))
     (out / "_SUCCESS").touch()
     quirks = {name: r.passages for name, r in reports.items() if r.passages}
     return {

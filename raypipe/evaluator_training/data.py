@@ -46,6 +46,7 @@ from raypipe.data.world_entities import World
 from raypipe.data.world_facts import Fact
 from raypipe.data.world_passages import passage, web_passage
 from raypipe.data.world_tasks import _claim, training_subject
+from raypipe.disk import write_text
 from raypipe.methods.crag.strips import paragraphs
 from raypipe.retrieval.types import Searcher
 from raypipe.settings.crag_tools import EvaluatorTrainConfig
@@ -166,5 +167,5 @@ def write_pairs(world_cfg: WorldConfig, retriever: Searcher, cfg: EvaluatorTrain
                         "negative": sum(r["label"] < 0 for r in rows),
                         "kind": dict(Counter(r["kind"] for r in rows)),
                         "entities": len({r["entity_id"] for r in rows})}
-    (out / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
+    write_text(out / "stats.json", json.dumps(stats, indent=2) + "\n")
     return stats

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from raypipe.disk import write_text
 from raypipe.errors import ConfigError
 from raypipe.evaluator_training.data import write_pairs
 from raypipe.evaluator_training.report import report
@@ -52,8 +53,8 @@ def fit(tc: EvaluatorTrainConfig, base_model: str, data: Path, out: Path) -> dic
                         warmup_ratio=tc.warmup_ratio, weight_decay=tc.weight_decay,
                         checkpoint_every=tc.checkpoint_every, seed=tc.seed, precision=tc.precision)
     trained = fit_classifier(EvaluatorTask(tc.max_length), run, tc, base_model, data, out)
-    (out / MANIFEST).write_text(json.dumps({"kind": "crag-retrieval-evaluator", "output": OUTPUT,
-                                            "base_model": base_model, "max_length": tc.max_length}, indent=2) + "\n")
+    write_text(out / MANIFEST, json.dumps({"kind": "crag-retrieval-evaluator", "output": OUTPUT,
+                                           "base_model": base_model, "max_length": tc.max_length}, indent=2) + "\n")
     return trained
 
 
@@ -82,12 +83,12 @@ def train_evaluator(tc: EvaluatorTrainConfig, world: WorldConfig, retrieval: Ret
         data_stats = write_pairs(world, load_retriever(retrieval),
                                  tc.model_copy(update={"data_dir": str(data)}))
         data_stats["stamp"] = stamp
-        stats_path.write_text(json.dumps(data_stats, indent=2) + "\n")
+        write_text(stats_path, json.dumps(data_stats, indent=2) + "\n")
     ensure_ray(ray_cfg)
     trained = fit(tc, base, data / "train.parquet", out)
     evaluator = CrossEncoderRetrievalEvaluator(out, batch_size=scorer.batch_size, max_length=tc.max_length)
     rep = report(evaluator, data / "heldout.parquet", upper, lower)
-    (out / REPORT_FILE).write_text(json.dumps(rep, indent=2) + "\n")
+    write_text(out / REPORT_FILE, json.dumps(rep, indent=2) + "\n")
     summary = {"evaluator": str(out), "base_model": base, "pairs_train": data_stats["train"]["pairs"],
                "pairs_heldout": data_stats["heldout"]["pairs"], "steps": trained.get("steps"),
                "final_loss": trained.get("final_loss"), "resumed_from_step": trained.get("resumed_from_step"),

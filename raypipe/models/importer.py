@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from raypipe import tokens
+from raypipe.disk import write_text
 from raypipe.errors import ModelError
 from raypipe.settings.models import LMImportConfig
 
@@ -303,7 +304,7 @@ def _write_folder(cfg: LMImportConfig, source: Source, settings: dict[str, Any],
         "pad_token": tokenizer.pad_token, "chat_template": bool(tokenizer.chat_template), "added_tokens": added,
         "seconds": round(time.perf_counter() - start, 1),
     }
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    write_text(out / MANIFEST, json.dumps(manifest, indent=1))
     return manifest
 
 

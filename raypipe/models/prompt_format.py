@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any, get_args
 
+from raypipe.disk import write_text
 from raypipe.errors import ConfigError, ModelError
 from raypipe.prompts import GeneratorPrompt, PromptFormatName
 
@@ -34,7 +35,7 @@ def recorded_format(model_dir: str | Path) -> PromptFormatName | None:
 
 
 def record_format(model_dir: str | Path, name: PromptFormatName) -> None:
-    (Path(model_dir) / FILE).write_text(json.dumps({"format": name}) + "\n")
+    write_text(Path(model_dir) / FILE, json.dumps({"format": name}) + "\n")
 
 
 def resolve_format(setting: str, base_dir: str | Path, tokenizer: Any) -> PromptFormatName:

@@ -45,6 +45,7 @@ import pyarrow as pa
 
 from raypipe.data.io import read_records, write_jsonl, write_parquet
 from raypipe.data.stable_random import stable_uniforms
+from raypipe.disk import write_text
 from raypipe.errors import DataError, RaypipeError
 from raypipe.eval.citations import SupportChecker, make_checker
 from raypipe.retrieval.types import Passage, Searcher
@@ -285,7 +286,7 @@ def write_trajectories(tc: TrajectoryConfig, processes: list[TrajectoryProcess],
     if tc.longform_eval:
         stats["longform_eval"] = str(write_longform_set(world, out / "eval" / LONGFORM_SET, tc.longform_eval,
                                                         tc.seed))
-    stats_path.write_text(json.dumps(stats, indent=2) + "\n")
+    write_text(stats_path, json.dumps(stats, indent=2) + "\n")
     failed = flow["overall"]["generated"] - flow["overall"]["replied"]
     if failed:
         raise RaypipeError(f"{failed} teacher requests got no reply; {out} is incomplete. Rerun to retry them "
