@@ -443,8 +443,9 @@ def evaluate(cfg: EvalSections, searcher_factory: SearcherFactory | None = None)
     if decode:
         logger.info("decoding %d items under %d variants (%d already done, %d the same as another)", len(items),
                     len(decode), len(variants) - len(pending), len(pending) - len(decode))
+    decode_names = {v.name for v in decode}
     for what, rows, group in stages:
-        todo = [v for v in group if v.name in {d.name for d in decode}]
+        todo = [v for v in group if v.name in decode_names]
         if not todo:
             continue
         for decoded in _predict(cfg, rows, todo, searcher_factory, removal, predictions_dir, prints, what):
