@@ -76,16 +76,9 @@ def timer() -> Iterator[Timing]:
 
 def peak_rss_gib_tree(pid: int | None = None) -> float:
     """Current RSS of a process and all its children in GiB (Ray workers are children of raylet)."""
-    import psutil
+    from raypipe.heap import tree_rss
 
-    root = psutil.Process(pid or os.getpid())
-    total = 0
-    for p in [root, *root.children(recursive=True)]:
-        try:
-            total += p.memory_info().rss
-        except psutil.Error:
-            continue
-    return total / 2**30
+    return tree_rss(pid or os.getpid()) / 2**30
 
 
 def add_engine_option(parser: argparse.ArgumentParser) -> None:

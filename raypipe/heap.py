@@ -28,6 +28,25 @@ def _malloc_trim() -> Callable[[int], int] | None:
     return getattr(libc, "malloc_trim", None)
 
 
+def tree_rss(pid: int) -> int:
+    """Resident bytes of a process and its descendants (0 once it is gone): a model actor's engine may
+    run in child processes (vLLM's engine core), which count against the actor's memory and die with it."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    total = 0
+    for proc in procs:
+        try:
+            total += proc.memory_info().rss
+        except psutil.Error:  # ended between the listing and the reading
+            continue
+    return total
+
+
 def release_freed_memory() -> bool:
     """Give the heap's free pages back to the OS; False where the C library cannot."""
     trim = _malloc_trim()

@@ -50,3 +50,28 @@ def test_freed_heap_pages_are_returned_to_the_os():
     assert before - after > 200, f"RSS {before:.0f} -> {after:.0f} MiB"
     kept_before, kept_after, _ = freed_then("keep")  # the same frees without the trim: the pages stay
     assert kept_before - kept_after < 50, f"RSS {kept_before:.0f} -> {kept_after:.0f} MiB"
+
+
+def test_tree_rss_counts_a_child_process_and_is_zero_once_the_process_is_gone():
+    from raypipe.heap import tree_rss
+
+    # a parent that starts a child holding ~200 MiB resident, then waits: the tree holds both
+    holder = "b = bytearray(200 * 2**20); import sys; print('ready', flush=True); sys.stdin.read()"
+    parent = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import subprocess, sys
+        child = subprocess.Popen([sys.executable, "-c", {holder!r}], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        child.stdout.readline()
+        print('ready', flush=True)
+        sys.stdin.read()
+        child.stdin.close(); child.wait()
+    """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert parent.stdout.readline().strip() == b"ready"
+        import psutil
+
+        alone = psutil.Process(parent.pid).memory_info().rss
+        assert tree_rss(parent.pid) - alone > 190 * 2**20
+    finally:
+        parent.stdin.close()
+        parent.wait(timeout=30)
+    assert tree_rss(parent.pid) == 0
