@@ -89,6 +89,29 @@ def temp_sibling(target: Path) -> Path:
     return target.with_name(f".{target.name}.{os.getpid()}.tmp")
 
 
+def _writer_alive(temp: Path) -> bool:
+    """Whether the process named in a `temp_sibling` name still runs (a name not of that shape: kept)."""
+    import psutil
+
+    pid = temp.name.rsplit(".", 2)[-2]
+    return not pid.isdigit() or psutil.pid_exists(int(pid))
+
+
+def remove_stale_temps(folders: list[Path]) -> list[Path]:
+    """Remove the temp files that a killed writer left in `folders` (SIGKILL runs no cleanup), so a
+    resumed job's folders hold only whole files; a temp of a process still running is kept. Returns
+    what was removed."""
+    removed = []
+    for folder in folders:
+        for temp in sorted(folder.glob(".*.tmp")) if folder.is_dir() else []:
+            if not _writer_alive(temp):
+                temp.unlink(missing_ok=True)
+                removed.append(temp)
+    if removed:
+        logger.info("removed %d temp file(s) of an interrupted run: %s", len(removed), ", ".join(map(str, removed)))
+    return removed
+
+
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yields a temp path to write; on success it replaces `path`, on failure it vanishes, so readers

@@ -23,10 +23,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 #: the test module that reads the runs: the runs start only when one of its tests is selected
 MODULE = "tests/integration/test_benchmarks_quick.py"
-#: quick runs at once; the longest first, so that the last one to start is a short one
+#: quick runs at once, in this order: the serving fault first (its load must not meet the integration
+#: tests that go beside the runs, tests/conftest.py), then the longest, so that the last one to start
+#: is a short one
 PARALLEL = 2
-LONGEST_FIRST = ["training", "serve_load", "retrieval", "faults", "augment", "engines", "critic", "crag",
-                 "length_grouping", "decoding", "self_reasoning"]
+START_ORDER = ["faults", "training", "serve_load", "faults_scale", "retrieval", "augment", "engines", "critic", "crag",
+               "length_grouping", "decoding", "self_reasoning"]
 #: a quick run that has not ended by then is stuck, not slow: alone the longest takes ~3.5 min, and
 #: beside the unit tests (vLLM engines among them) on 2 cores up to 4x that
 TIMEOUT_S = 1800
@@ -53,7 +55,7 @@ class QuickRuns:
         self.closing = False
         self.lock = threading.Lock()  # a run starts, or the session's end stops it, never both
         self.pool = ThreadPoolExecutor(PARALLEL)
-        names = [n for n in LONGEST_FIRST if (ROOT / "benchmarks" / f"{n}.py").exists()]
+        names = [n for n in START_ORDER if (ROOT / "benchmarks" / f"{n}.py").exists()]
         self.futures: dict[str, Future[Run]] = {name: self.pool.submit(self._run, name) for name in names}
 
     def _run(self, name: str) -> Run:

@@ -131,6 +131,10 @@ class AugmentInputs:
     passages: Path
     index: Path
     critic: Path
+    #: rows per batch through the actors; larger at corpus scale, where per-batch overhead would dominate
+    batch_size: int = 4
+    #: how long a run may take before it counts as stuck
+    timeout_s: float = RUN_TIMEOUT_S
 
     @property
     def ids(self) -> list[str]:
@@ -150,12 +154,12 @@ def write_instance_shards(world_dir: Path, out: Path, shards: int, rows_per_shar
     return out
 
 
-def augment_argv(inputs: AugmentInputs, out: Path, batch_size: int = 4) -> list[str]:
+def augment_argv(inputs: AugmentInputs, out: Path) -> list[str]:
     """The augment job with sampling off, so every input id must come out exactly once."""
     return [PY, "jobs/augment.py", SECTION_DEFAULTS, f"--set=augment.instances={inputs.instances}",
             f"--set=augment.critic={inputs.critic}", "--set=augment.critic_engine=hf", f"--set=augment.out_dir={out}",
             f"--set=retrieval.index.passages={inputs.passages}", f"--set=retrieval.index.out_dir={inputs.index}",
-            f"--set=augment.batch_size={batch_size}", "--set=augment.sampling.drop_no_retrieval=0",
+            f"--set=augment.batch_size={inputs.batch_size}", "--set=augment.sampling.drop_no_retrieval=0",
             "--set=augment.sampling.upsample_irrelevant_qa=0", "--set=augment.workers=2",
             "--set=augment.worker_cpus=0.6"]
 
@@ -175,31 +179,32 @@ def shards_written(out: Path) -> int:
     return len(list((out / "data").glob("*.parquet"))) if (out / "data").exists() else 0
 
 
-def augment_clean(launch: Launch, inputs: AugmentInputs, out: Path, work: Path) -> dict[str, Any]:
-    """The uninterrupted run. `after_first_shard_s`, its time from the first shard written to the end, is
-    the baseline of the faulted runs' `recovery_s` (their faults land at that point; the start-up
-    before it varies by more than a fault costs on a loaded machine)."""
+def augment_clean(launch: Launch, inputs: AugmentInputs, out: Path, work: Path, at_shards: int = 1) -> dict[str, Any]:
+    """The uninterrupted run. `after_fault_point_s`, its time from `at_shards` shards written (where the
+    faulted runs' faults land) to the end, is the baseline of their `recovery_s` (the start-up before
+    that point varies by more than a fault costs on a loaded machine)."""
     log = work / f"{out.name}.log"
     start = time.time()
     proc = launch(augment_argv(inputs, out), log)
-    first = wait_for(lambda: shards_written(out) >= 1 and time.time(), RUN_TIMEOUT_S, "a first output shard", proc,
-                     log, poll_s=0.05)
-    end = finish(proc, log)
-    return record("none (reference run)", wall_s=round(end - start, 2), after_first_shard_s=round(end - first, 2),
-                  **count_rows(inputs, out))
+    point = wait_for(lambda: shards_written(out) >= at_shards and time.time(), inputs.timeout_s,
+                     f"{at_shards} output shard(s)", proc, log, poll_s=0.05)
+    end = finish(proc, log, inputs.timeout_s)
+    return record("none (reference run)", wall_s=round(end - start, 2), after_fault_point_s=round(end - point, 2),
+                  at_shards=at_shards, **count_rows(inputs, out))
 
 
 def augment_with_node_fault(cluster: NetnsCluster, inputs: AugmentInputs, out: Path, work: Path, how: str,
-                            reference: dict[str, Any] | None) -> dict[str, Any]:
-    """Kill (`how="kill"`) or cut off (`how="cut"`) a worker node that hosts an augment actor, once the
-    first output shard is written, and let the job finish. `recovery_s`: the time from the fault to the
-    end, less the same-run reference's from its first shard to its end (None without a reference). The
+                            reference: dict[str, Any] | None, at_shards: int = 1) -> dict[str, Any]:
+    """Kill (`how="kill"`) or cut off (`how="cut"`) a worker node that hosts an augment actor, once
+    `at_shards` output shards are written, and let the job finish. `recovery_s`: the time from the fault
+    to the end, less the same-run reference's from the same point to its end (None without one). The
     node is replaced afterwards (in the background: `cluster.wait_nodes()` waits for it) so
     that a next scenario has the same cluster."""
     log = work / f"{out.name}.log"
     start = time.time()
     proc = cluster.popen(0, augment_argv(inputs, out), log)
-    wait_for(lambda: shards_written(out) >= 1, RUN_TIMEOUT_S, "a first output shard", proc, log, poll_s=0.05)
+    wait_for(lambda: shards_written(out) >= at_shards, inputs.timeout_s, f"{at_shards} output shard(s)", proc, log,
+             poll_s=0.05)
     cluster.wait_nodes()  # a node the previous scenario replaced
     hosts = workers_hosting(cluster, "MapWorker")
     if not hosts:
@@ -207,13 +212,13 @@ def augment_with_node_fault(cluster: NetnsCluster, inputs: AugmentInputs, out: P
     victim = hosts[-1]
     shards_at_fault = shards_written(out)
     fault_at = cluster.nodes[victim].kill() if how == "kill" else cluster.cut(victim)
-    end = finish(proc, log)
+    end = finish(proc, log, inputs.timeout_s)
     counts = count_rows(inputs, out)
     cluster.restart_worker(victim, wait=False)  # it starts while the next scenario does
     total_shards = len(list(inputs.instances.glob("*.parquet")))
     what = "SIGKILL of every process" if how == "kill" else "link down (network partition)"
     return record(f"augment: worker node {victim} ({what}) after {shards_at_fault}/{total_shards} shards written",
-                  recovery_s=_recovery_s(end - fault_at, reference, "after_first_shard_s"),
+                  recovery_s=_recovery_s(end - fault_at, reference, "after_fault_point_s"),
                   wall_s=round(end - start, 2), fault_at_s=round(fault_at - start, 2), shards_at_fault=shards_at_fault,
                   total_shards=total_shards, **counts)
 
@@ -236,7 +241,7 @@ def augment_driver_kill(cluster: NetnsCluster, inputs: AugmentInputs, out: Path,
     stats = json.loads((out / "stats.json").read_text())
     total_shards = len(list(inputs.instances.glob("*.parquet")))
     return record(f"augment: driver SIGKILLed after {shards_at_kill}/{total_shards} shards written, then rerun",
-                  recovery_s=_recovery_s(end - killed_at, reference, "after_first_shard_s"),
+                  recovery_s=_recovery_s(end - killed_at, reference, "after_fault_point_s"),
                   wall_s=round(end - start, 2), rerun_s=round(end - rerun_start, 2), fault_at_s=round(killed_at - start, 2),
                   shards_at_fault=shards_at_kill, shards_skipped_on_rerun=stats.get("shards_skipped"),
                   total_shards=total_shards, **count_rows(inputs, out))

@@ -34,16 +34,26 @@ def _cuda_available() -> bool:
         return False
 
 
-#: the run order's ranks: unit tests, the checks of the quick benchmark runs, the other integration tests
-UNIT, QUICK_CHECKS, INTEGRATION = 0, 1, 2
+#: the run order's ranks: unit tests, the integration tests that go beside the quick benchmark runs,
+#: the checks of those runs, the other integration tests
+UNIT, BESIDE_QUICK_RUNS, QUICK_CHECKS, INTEGRATION = 0, 1, 2, 3
+#: the ranks' names in the session's clock (tests/session_clock.py)
+PHASES = ("unit", "beside_quick_runs", "quick_checks", "integration")
+#: integration tests that run while the quick runs finish, where the session would otherwise wait for
+#: them: long, on the session's own Ray instance, and with no timing that the load could break (the
+#: encoder critic's learning test asserts agreement, not speed)
+BESIDE = frozenset({"tests/integration/test_critic_encoder_train.py"})
 
 
 def _run_order(item) -> int:
-    """Unit tests first, then the quick benchmarks' checks (which wait for the runs), then the other
-    integration tests (sorted stably). Not the runs beside the integration tests: a quick run's
-    serving fault then fails requests sent after its kill (docs/results/test-suite.md)."""
+    """Unit tests first, then the `BESIDE` tests, then the quick benchmarks' checks (which wait for the
+    runs), then the other integration tests (sorted stably). Not every integration test beside the
+    runs: a quick run's serving fault then fails requests sent after its kill
+    (docs/results/test-suite.md), so the quick runs start with it (tests/bench_quick.py)."""
     path = item.nodeid.split("::")[0]
-    return UNIT if path.startswith("tests/unit/") else QUICK_CHECKS if path == bench_quick.MODULE else INTEGRATION
+    if path.startswith("tests/unit/"):
+        return UNIT
+    return BESIDE_QUICK_RUNS if path in BESIDE else QUICK_CHECKS if path == bench_quick.MODULE else INTEGRATION
 
 
 def pytest_collection_modifyitems(config, items):
@@ -164,7 +174,7 @@ def pytest_runtest_teardown(item, nextitem):
     if _run_order(item) == UNIT and (nextitem is None or _run_order(nextitem) != UNIT):
         _close_vllm_engines()
     if _clock is not None and (nextitem is None or _run_order(nextitem) != _run_order(item)):
-        _clock.mark(("unit", "quick_checks", "integration")[_run_order(item)])
+        _clock.mark(PHASES[_run_order(item)])
 
 
 @pytest.fixture(scope="session")

@@ -44,7 +44,7 @@ from raypipe.augment.stages import REJECT, REJECT_DETAIL, REJECT_FIELD
 from raypipe.augment.state import InstanceState
 from raypipe.data.io import list_data_files, validate_batch, write_jsonl, write_parquet
 from raypipe.data.schemas import INSTANCE_SCHEMA
-from raypipe.disk import warn_if_short_of_space, write_text
+from raypipe.disk import remove_stale_temps, warn_if_short_of_space, write_text
 from raypipe.errors import ConfigError, DataError
 from raypipe.heap import release_freed_memory
 from raypipe.logs import ProgressLog
@@ -455,6 +455,8 @@ def augment(s: AugmentSections, ray_cfg: RayConfig, progress_every_s: float) -> 
     out_dir = Path(a.out_dir)
     data_dir = out_dir / "data"
     files = parquet_shards(a.instances)
+    # a driver killed mid-write leaves its temp files (a rerun would never overwrite them)
+    remove_stale_temps([out_dir, *(out_dir / d for d in ("data", "jsonl", "rejects", "shard_counts"))])
     done = {f.name.removesuffix(".parquet") for f in data_dir.glob("*.parquet")}
     check_settings(out_dir, output_settings(s), len(done))
     todo = [f for f in files if Path(f).name.removesuffix(".parquet") not in done]

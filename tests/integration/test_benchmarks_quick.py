@@ -26,6 +26,8 @@ REQUIRED = {
     "augment": ["n_instances", "wall_s", "instances_per_s", "peak_rss_gib", "ratio_vs_sequential",
                 "ceiling_vs_sequential"],
     "faults": ["faults", "failure_detection"],
+    "faults_scale": ["n_instances", "rows_out", "lost", "duplicated", "identical", "wall_s_clean", "wall_s_faulted",
+                     "overhead", "recovery_s"],
     "self_reasoning": ["sr_vs_selfrag_time_ratio", "trajectory_parse_rate", "sr_seconds_per_question"],
     "length_grouping": ["padding_ratio_grouped_vs_plain", "tokens_per_s_grouped_vs_plain"],
     "engines": ["vllm_vs_hf_batch1_fp32", "vllm_vs_hf_batch8_fp32", "tree_search_vs_plain_vllm",
@@ -74,6 +76,24 @@ def test_quick_faults_run_replaced_the_killed_generator_and_failed_only_requests
     assert rec["recovery_s"] is not None and rec["answered_after_recovery"] >= 8, rec
     assert rec["replaced"] and rec["running_replicas_after"] == 1, rec
 
+
+def test_quick_scale_fault_lost_nothing_and_wrote_what_the_uninterrupted_run_wrote(quick_runs):
+    """`faults_scale.py --quick`: the augment job on the 3-node cluster, uninterrupted and then with the
+    worker node hosting an actor SIGKILLed at half the shards (the dead-node fault of the cluster tests)."""
+    run = quick_runs["faults_scale"]
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads((run.results / "faults_scale.json").read_text())
+    if result.get("skipped"):
+        pytest.skip(f"multi-node faults: {result['skipped']}")
+    clean, faulted = result["pairs"]
+    # the kill hit a running job, on a node that hosted an actor, and the node was replaced
+    assert faulted["shards_at_fault"] < faulted["total_shards"] == result["shards"], faulted
+    assert faulted["fault"].startswith("augment: worker node") and "SIGKILL" in faulted["fault"], faulted
+    # every input id came out exactly once, in the same bytes as the uninterrupted run's
+    assert (faulted["lost"], faulted["duplicates"], faulted["unexpected"]) == (0, 0, 0), faulted
+    assert clean["rows_out"] == faulted["rows_out"] == result["n_instances"] == result["shards"] * result["rows"]
+    assert result["identical"] and clean["digest"] == faulted["digest"]
+    assert result["recovery_s"] == faulted["recovery_s"] is not None
 
 
 def test_the_quick_retrieval_run_keeps_its_embedding_cache_out_of_the_checkout(quick_runs):

@@ -85,3 +85,24 @@ def test_a_job_short_of_space_is_warned_with_folder_estimate_and_free_space(smal
     caplog.clear()
     assert warn_if_short_of_space(out, 512 << 10, "augment") is False
     assert not caplog.records
+
+
+def test_a_killed_writers_temp_files_are_removed_and_a_running_writers_kept(tmp_path):
+    import subprocess
+    import sys
+
+    from raypipe.disk import remove_stale_temps, temp_sibling
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # its pid no longer runs, as a SIGKILLed driver's
+    data = tmp_path / "data"
+    data.mkdir()
+    stale = data / f".part-000.parquet.{dead.pid}.tmp"
+    stale.write_text("half a shard")
+    live = temp_sibling(data / "part-001.parquet")  # named by this process, which runs
+    live.write_text("being written")
+    whole = data / "part-002.parquet"
+    whole.write_text("a whole shard")
+    removed = remove_stale_temps([tmp_path, data, tmp_path / "absent"])
+    assert removed == [stale]
+    assert sorted(p.name for p in data.iterdir()) == sorted([live.name, whole.name])
