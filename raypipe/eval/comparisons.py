@@ -14,18 +14,30 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from raypipe.errors import DataError
 from raypipe.eval.significance import PairedTest, holm, mcnemar
 
 #: the variant whose lead the eval states: Self-RAG's adaptive retrieval
 FOCUS = "adaptive"
 
 
-def _correctness(path: Path) -> dict[str, dict[str, bool]]:
-    """set -> item id -> correct, for the judged items of one prediction file."""
+def correctness(path: Path) -> dict[str, dict[str, bool]]:
+    """set -> item id -> correct, for the judged items of one prediction file (`correct` null: not
+    judged, e.g. a creative instruction). Every paired test reads correctness through here, so the
+    eval's own comparisons and a comparison of two runs (raypipe.eval.compare_runs) pair items alike;
+    a row that is not JSON or lacks `id`, `set` or `correct` is an error naming the file and line."""
     out: dict[str, dict[str, bool]] = defaultdict(dict)
     with path.open(encoding="utf-8") as fh:
-        for line in fh:
-            row = json.loads(line)
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataError(f"line {number} is not valid JSON: {exc}", file=str(path)) from None
+            missing = [key for key in ("id", "set", "correct") if key not in row]
+            if missing:
+                raise DataError(f"line {number} has no {missing[0]!r}", file=str(path), field=missing[0])
             if row["correct"] is not None:
                 out[row["set"]][row["id"]] = bool(row["correct"])
     return out
@@ -36,7 +48,7 @@ def stated_comparisons(predictions_dir: Path, headline: list[str], focus: str = 
     items (Holm-corrected within the set). Empty when `focus` was not evaluated."""
     if focus not in headline:
         return {}
-    by_variant = {v: _correctness(predictions_dir / f"{v}.jsonl") for v in headline}
+    by_variant = {v: correctness(predictions_dir / f"{v}.jsonl") for v in headline}
     out: dict[str, list[dict[str, Any]]] = {}
     for set_name, mine in by_variant[focus].items():
         tests: list[PairedTest] = []
