@@ -46,7 +46,7 @@ from raypipe.data.io import list_data_files, validate_batch, write_jsonl, write_
 from raypipe.data.schemas import INSTANCE_SCHEMA
 from raypipe.disk import remove_stale_temps, warn_if_short_of_space, write_text
 from raypipe.errors import ConfigError, DataError
-from raypipe.heap import release_freed_memory
+from raypipe.heap import MemoryWatch, release_freed_memory
 from raypipe.logs import ProgressLog
 from raypipe.settings.augment import AugmentConfig
 from raypipe.settings.cluster import RayConfig
@@ -184,17 +184,27 @@ def load_models(kinds: set[str], s: AugmentSections) -> dict[str, Any]:
     return models
 
 
-class StepRunner:
-    """Actor: loads the models of its steps once, then runs the steps over each batch in order."""
+#: The memory an actor asks Ray for: bytes, and the setting they come from (named in its warnings).
+MemoryRequest = tuple[int, str]
 
-    def __init__(self, steps: list[Step], sections: AugmentSections):
+
+class StepRunner:
+    """Actor: loads the models of its steps once, then runs the steps over each batch in order.
+
+    `memory` (from `actor_pool`) is what the actor asked Ray for: after each batch it warns when its
+    RSS nears that, naming the setting to raise; None (the splitter's pool, a local run) watches nothing."""
+
+    def __init__(self, steps: list[Step], sections: AugmentSections, memory: MemoryRequest | None = None):
         self.steps = steps
         self.models = load_models({kind for kind, _ in steps}, sections)
+        self.watch = MemoryWatch(*memory) if memory else None
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         for kind, fn in self.steps:
             batch = _on_good_rows(batch, functools.partial(fn, **{kind: self.models[kind]}))
         release_freed_memory()  # the batch's tensors are freed: without this the actor's RSS only grows
+        if self.watch:  # after the trim, so only memory still in use counts
+            self.watch.check_process()
         return batch
 
 
@@ -214,23 +224,26 @@ def step_groups(steps: list[Step], layout: str) -> list[list[Step]]:
     return groups
 
 
-def actor_pool(a: AugmentConfig, kinds: set[str]) -> tuple[int, dict[str, float]]:
-    """Actors and per-actor resources (Ray's `num_cpus` or `num_gpus`, and `memory` in bytes for the
-    actors that hold a model) of one step group."""
+def actor_pool(a: AugmentConfig, kinds: set[str]) -> tuple[int, dict[str, float], MemoryRequest | None]:
+    """Actors, per-actor resources (Ray's `num_cpus` or `num_gpus`, and `memory` in bytes for the
+    actors that hold a model) and that memory request with its setting (for `StepRunner`'s warning)
+    of one step group."""
     import torch
 
     if a.layout == "fused":
-        size, cpus, memory_gib = a.workers, a.worker_cpus, a.worker_memory_gib
+        size, cpus, setting = a.workers, a.worker_cpus, "worker_memory_gib"
     elif "critic" in kinds:
-        size, cpus, memory_gib = a.critic_actors, a.critic_cpus, a.critic_memory_gib
+        size, cpus, setting = a.critic_actors, a.critic_cpus, "critic_memory_gib"
     elif "retriever" in kinds:
-        size, cpus, memory_gib = a.retriever_actors, a.retriever_cpus, a.retriever_memory_gib
+        size, cpus, setting = a.retriever_actors, a.retriever_cpus, "retriever_memory_gib"
     else:  # the splitter (spaCy's rule-based sentencizer by default): no model to make room for
-        return 1, {"num_cpus": a.task_cpus}
-    memory = {"memory": int(memory_gib * 2**30)}
+        return 1, {"num_cpus": a.task_cpus}, None
+    # the value read by the name the warning gives, so the two cannot disagree
+    request = (int(getattr(a, setting) * 2**30), f"augment.{setting}")
+    memory = {"memory": request[0]}
     if "critic" in kinds and torch.cuda.is_available():
-        return size, {"num_gpus": a.critic_gpus, **memory}
-    return size, {"num_cpus": cpus, **memory}
+        return size, {"num_gpus": a.critic_gpus, **memory}, request
+    return size, {"num_cpus": cpus, **memory}, request
 
 
 def build_dataset(files: list[str], s: AugmentSections):
@@ -247,9 +260,10 @@ def build_dataset(files: list[str], s: AugmentSections):
     ds = ds.repartition(target_num_rows_per_block=a.batch_size)
     ds = ds.map_batches(validate, fn_kwargs={"limits": s.limits}, **{**task, "batch_format": "pyarrow"})
     for group in step_groups(algorithm_steps(a, s.retrieval.top_k, s.limits), a.layout):
-        size, resources = actor_pool(a, {kind for kind, _ in group})
-        ds = ds.map_batches(StepRunner, fn_constructor_kwargs={"steps": group, "sections": s}, batch_format="numpy",
-                            batch_size=a.batch_size, compute=ActorPoolStrategy(size=size), **resources)
+        size, resources, request = actor_pool(a, {kind for kind, _ in group})
+        ds = ds.map_batches(StepRunner, fn_constructor_kwargs={"steps": group, "sections": s, "memory": request},
+                            batch_format="numpy", batch_size=a.batch_size, compute=ActorPoolStrategy(size=size),
+                            **resources)
     ds = ds.map_batches(render, fn_kwargs={"cfg": a}, **task)
     return ds
 

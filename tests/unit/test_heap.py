@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import textwrap
@@ -75,3 +76,26 @@ def test_tree_rss_counts_a_child_process_and_is_zero_once_the_process_is_gone():
         parent.stdin.close()
         parent.wait(timeout=30)
     assert tree_rss(parent.pid) == 0
+
+
+def test_memory_watch_warns_once_per_tenth_of_the_request_passed(caplog):
+    from raypipe.heap import MemoryWatch
+
+    watch = MemoryWatch(10 * 2**30, "augment.critic_memory_gib")
+    readings_gib = [5.0, 8.9, 9.0, 9.5, 9.0, 10.2, 12.5, 11.5, 12.9, 13.0]
+    with caplog.at_level(logging.WARNING, logger="raypipe.heap"):
+        warned = [gib for gib in readings_gib if watch.check(int(gib * 2**30))]
+    # 90% first, then 100%; 12.5 passes 110% and 120% at once (one warning); nothing below the last level
+    assert warned == [9.0, 10.2, 12.5, 13.0]
+    assert [r.levelno for r in caplog.records] == [logging.WARNING] * 4
+    first = caplog.records[0].getMessage()
+    assert "9.00 GiB" in first and "90%" in first and "10.00 GiB" in first
+    assert "raise augment.critic_memory_gib" in first and "memory monitor" in first
+    assert "120%" in caplog.records[2].getMessage()
+
+
+def test_memory_watch_reads_this_process_tree():
+    from raypipe.heap import MemoryWatch
+
+    assert MemoryWatch(2**50, "augment.worker_memory_gib").check_process() is None  # a PiB: far off
+    assert "augment.worker_memory_gib" in MemoryWatch(2**20, "augment.worker_memory_gib").check_process()
