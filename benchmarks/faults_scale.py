@@ -109,7 +109,8 @@ def main() -> None:
              "overhead", "recovery_s")), pairs=[])
         print(f"faults_scale: skipped ({why}) -> {write_result('faults_scale', payload)}")
         return
-    with tempfile.TemporaryDirectory(prefix="raypipe-faults-scale-") as tmp, timer() as total:
+    # a short prefix: the nodes' Ray socket paths under it must fit in 107 bytes
+    with tempfile.TemporaryDirectory(prefix="raypipe-fscale-") as tmp, timer() as total:
         work = Path(tmp)
         world, model = world_and_model(work, n + 40)
         index = flat_index(list_data_files(world / "passages")[0], work / "index")
