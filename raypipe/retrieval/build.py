@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from raypipe.data.io import list_data_files
-from raypipe.disk import write_text
+from raypipe.disk import warn_if_short_of_space, write_text
 from raypipe.errors import ConfigError, DataError
 from raypipe.retrieval import index as faiss_index
 from raypipe.retrieval.embed import (
@@ -188,12 +188,35 @@ def assemble_index(out_dir: Path, files: list[Path], normalize: bool, cfg: Index
     return IndexBuild(manifest, False, rejects)
 
 
+#: vector width assumed for an `hf` encoder, whose width is known only once it is loaded: BERT-large's,
+#: the widest of the encoders the papers use (MiniLM's is 384)
+WIDEST_ENCODER_DIM = 1024
+
+
+def _rows_of(file: Path) -> int:
+    """Rows of a passage file: parquet's footer says; a jsonl file is one row per line."""
+    if file.suffix == ".parquet":
+        return pq.read_metadata(file).num_rows
+    with file.open("rb") as fh:
+        return sum(block.count(b"\n") for block in iter(lambda: fh.read(1 << 20), b""))
+
+
+def index_bytes_estimate(files: list[Path], encoder_cfg: EncoderConfig) -> int:
+    """The most an index build of `files` should write: the text three times (the embedding shards,
+    passages.arrow uncompressed, and the input's own size again as slack for Arrow's buffers) and every
+    vector twice (the shards and a Flat index, the largest kind) in float32. An upper end, for a warning."""
+    dim = 384 if encoder_cfg.kind == "minilm" else WIDEST_ENCODER_DIM
+    text = sum(f.stat().st_size for f in files)
+    return 3 * text + 2 * sum(_rows_of(f) for f in files) * dim * 4
+
+
 def build_index_folder(encoder_cfg: EncoderConfig, index_cfg: IndexConfig, limits: LimitsConfig) -> dict[str, Any]:
     """Build (or bring up to date) the index of `index_cfg.passages` in `index_cfg.out_dir`, embedding
     on the running Ray instance; rows over `limits` are rejected."""
     out_dir = Path(index_cfg.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     files = list_data_files(index_cfg.passages)
+    warn_if_short_of_space(out_dir, index_bytes_estimate(files, encoder_cfg), "index build")
     embed_stats = embed_shards(files, out_dir, encoder_cfg, index_cfg, limits)
     start = time.perf_counter()
     built = assemble_index(out_dir, files, encoder_cfg.normalize, index_cfg)

@@ -36,6 +36,7 @@ from raypipe.retrieval.build import SUCCESS_FILE, assemble_index
 from raypipe.retrieval.embed import ShardEmbedder, shard_path, source_stamp
 from raypipe.retrieval.manifest import INDEX_FILE, MANIFEST_FILE, PASSAGES_FILE, Manifest
 from raypipe.settings.cluster import RayConfig
+from raypipe.settings.data import LimitsConfig
 from raypipe.settings.retrieval import EncoderConfig, IndexConfig
 from raypipe.training import trainer
 from raypipe.training.checkpoint import TrainState, save_checkpoint
@@ -191,6 +192,38 @@ def passage_files(tmp_path) -> list[Path]:
 
 def _embed(embedder: ShardEmbedder, files: list[Path], out: Path) -> list[dict]:
     return [embedder.embed_file(f, shard_path(out, f), source_stamp(f, EncoderConfig())) for f in files]
+
+
+def test_the_index_estimate_counts_the_text_three_times_and_every_vector_twice(passage_files, tmp_path):
+    from raypipe.retrieval.build import WIDEST_ENCODER_DIM, index_bytes_estimate
+
+    text = sum(f.stat().st_size for f in passage_files)
+    assert index_bytes_estimate(passage_files, EncoderConfig()) == 3 * text + 2 * 60 * 384 * 4
+    lines = tmp_path / "more.jsonl"  # jsonl rows are its lines
+    lines.write_text("".join(f'{{"id": "q{i}", "title": "", "text": "x"}}\n' for i in range(7)))
+    hf = EncoderConfig(kind="hf", path="/an/encoder")
+    assert index_bytes_estimate([lines], hf) == 3 * lines.stat().st_size + 2 * 7 * WIDEST_ENCODER_DIM * 4
+
+
+def test_the_index_build_warns_before_it_embeds_when_its_output_may_not_fit(passage_files, tmp_path, monkeypatch,
+                                                                           caplog):
+    from raypipe.retrieval import build
+
+    class Embedding(Exception):
+        """Raised where the build would start embedding: the check comes before."""
+
+    def embed(*args, **kwargs):
+        raise Embedding
+
+    caplog.set_level(logging.WARNING, logger="raypipe.disk")
+    monkeypatch.setattr(disk, "free_bytes", lambda path: 1000)
+    monkeypatch.setattr(build, "embed_shards", embed)
+    out = tmp_path / "index"
+    with pytest.raises(Embedding):
+        build.build_index_folder(EncoderConfig(), IndexConfig(passages=str(passage_files[0].parent), out_dir=str(out)),
+                                 LimitsConfig())
+    warned = [r.getMessage() for r in caplog.records if r.getMessage().startswith("index build may write up to")]
+    assert len(warned) == 1 and f"into {out}, which has 1000.0 B free" in warned[0]
 
 
 def test_an_embedding_shard_that_cannot_be_written_is_reported_with_its_path(embedder, passage_files, small_disk):
