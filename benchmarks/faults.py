@@ -48,7 +48,7 @@ APP = "faults"
 TOKEN_ENV = "RAYPIPE_FAULTS_BENCH_TOKEN"
 
 
-def _world_and_model(work: Path, instances: int) -> tuple[Path, Path]:
+def world_and_model(work: Path, instances: int) -> tuple[Path, Path]:
     """A small synthetic world and an untrained tiny model: the critic of augmentation, the base model of
     training and the served generator (what is measured is the bookkeeping under faults, not quality)."""
     from raypipe.data.world import synthesize
@@ -166,7 +166,7 @@ def main() -> None:
         payload["cluster_faults_skipped"] = why
     with tempfile.TemporaryDirectory(prefix="raypipe-faults-") as tmp, timer() as total:
         work = Path(tmp)
-        world, model = _world_and_model(work, shards * rows + 40)
+        world, model = world_and_model(work, shards * rows + 40)
         index = flat_index(list_data_files(world / "passages")[0], work / "index")
         if not why:
             faults += _cluster_faults(work, world, model, index, shards, rows, payload)
