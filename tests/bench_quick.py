@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MODULE = "tests/integration/test_benchmarks_quick.py"
 #: quick runs at once; the longest first, so that the last one to start is a short one
 PARALLEL = 2
-LONGEST_FIRST = ["training", "serve_load", "retrieval", "faults", "augment", "engines", "critic", "crag",
+LONGEST_FIRST = ["soak", "training", "serve_load", "retrieval", "faults", "augment", "engines", "critic", "crag",
                  "length_grouping", "decoding", "self_reasoning"]
 #: a quick run that has not ended by then is stuck, not slow: alone the longest takes ~3.5 min, and
 #: beside the unit tests (vLLM engines among them) on 2 cores up to 4x that

@@ -26,6 +26,8 @@ REQUIRED = {
     "augment": ["n_instances", "wall_s", "instances_per_s", "peak_rss_gib", "ratio_vs_sequential",
                 "ceiling_vs_sequential"],
     "faults": ["faults", "failure_detection"],
+    "soak": ["errors_outside_inflight", "p99_after_over_before", "replica_memory_growth", "sustained_rps_2_replicas",
+             "rate_rps", "minutes", "kills"],
     "self_reasoning": ["sr_vs_selfrag_time_ratio", "trajectory_parse_rate", "sr_seconds_per_question"],
     "length_grouping": ["padding_ratio_grouped_vs_plain", "tokens_per_s_grouped_vs_plain"],
     "engines": ["vllm_vs_hf_batch1_fp32", "vllm_vs_hf_batch8_fp32", "tree_search_vs_plain_vllm",
@@ -73,6 +75,31 @@ def test_quick_faults_run_replaced_the_killed_generator_and_failed_only_requests
     # Serve replaced the replica and service resumed: every request sent after the recovery was answered
     assert rec["recovery_s"] is not None and rec["answered_after_recovery"] >= 8, rec
     assert rec["replaced"] and rec["running_replicas_after"] == 1, rec
+
+
+def test_quick_soak_kills_failed_only_requests_in_flight_and_the_app_came_back_whole(quick_runs):
+    """`soak.py --quick`: open-loop load across a head and two workers (each deployment twice, one
+    replica per node), a Generator replica SIGKILLed at minute 3 and the worker node hosting one at
+    minute 6; on one local Ray instance, without network namespaces, the replica kill only."""
+    run = quick_runs["soak"]
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads((run.results / "soak.json").read_text())
+    kills = {k["kill"]: k for k in result["kills"]}
+    assert sorted(kills) == (["replica"] if result["node_kill_skipped"] else ["node", "replica"]), result["kills"]
+    assert result["rate_rps"] > 0 and len(result["minutes"]) == result["plan"]["minutes"]
+    # only requests on their way at a kill failed; none sent at any other time did, none hung to its timeout
+    assert result["errors_outside_inflight"] == 0, result["errors_outside_inflight_by_kind"]
+    assert result["max_latency_s"] < result["plan"]["timeout_s"], result["max_latency_s"]
+    for kill in kills.values():
+        # the fault hit a Generator replica while another one served, and the app answered again after it
+        assert kill["replicas_at_kill"] == 2 and kill["failed_in_flight"] <= kill["in_flight"], kill
+        assert kill["recovery_s"] is not None and kill["answered_after_recovery"] >= 8, kill
+        # Serve replaced what was lost: two Generator replicas again, the victim not among them
+        assert kill["replaced_s"] is not None, kill
+    if "node" in kills:
+        node = kills["node"]
+        # a worker node died, and the replacement runs on a node left alive
+        assert node["node"] in (1, 2) and node["node"] not in node["replica_nodes_after"], node
 
 
 
