@@ -27,7 +27,7 @@ MODULE = "tests/integration/test_benchmarks_quick.py"
 PARALLEL = 2
 LONGEST_FIRST = ["soak", "training", "serve_load", "retrieval", "faults", "augment", "engines", "critic", "crag",
                  "length_grouping", "decoding", "self_reasoning"]
-#: a quick run that has not ended by then is stuck, not slow: alone the longest takes ~3.5 min, and
+#: a quick run that has not ended by then is stuck, not slow: alone the longest (the soak) takes ~5 min, and
 #: beside the unit tests (vLLM engines among them) on 2 cores up to 4x that
 TIMEOUT_S = 1800
 

@@ -1,6 +1,6 @@
 """The soak's figures (benchmarks/_soak_figures.py) on made-up records: which failures count against
 a kill, when recovery and replacement happened, p99 before and after, memory growth per replica
-process, and the per-minute rows."""
+process, and the per-minute rows; and their plot (benchmarks/_soak_plot.py)."""
 
 from __future__ import annotations
 
@@ -138,3 +138,19 @@ def test_summary_has_the_issues_keys_and_the_worst_ratio():
     assert [k["kill"] for k in out["kills"]] == ["replica", "node"] and len(out["minutes"]) == 8
     assert out["replica_memory_growth"] == 0.0  # only the Decoder lived through; the Generators did not
     assert out["replica_memory_growth_by_deployment"] == {"Decoder": 0.0, "Generator": None}
+
+
+def test_the_plot_draws_every_minute_on_four_panels_with_each_kill_marked():
+    from benchmarks._soak_plot import soak_figure
+
+    requests = [ok(1.0 + i, 0.1) for i in range(78)]
+    samples = [replicas(5.0 + 10 * m, [(1, 1), (3, 2)]) for m in range(8)]
+    result = {**summary(requests, samples, [REPLICA_KILL, NODE_KILL], 0.0, 10.0, 8, "Generator", 2),
+              "plan": {"minute_s": 10.0}, "rate_rps": 1.0, "engine": "hf"}
+    fig = soak_figure(result)
+    assert len(fig.axes) == 4
+    for ax in fig.axes:
+        kill_marks = sorted(line.get_xdata()[0] for line in ax.lines if line.get_linestyle() == "--")
+        assert kill_marks == [3.0, 6.0]  # minutes, at 30 s and 60 s of 10 s minutes
+    rps = fig.axes[0].lines[0]
+    assert list(rps.get_xdata()) == [m + 0.5 for m in range(8)] and max(rps.get_ydata()) == pytest.approx(1.0)
