@@ -150,7 +150,8 @@ class LoadResult:
                 "p50_ms": round(self.percentile_ms(50), 1), "p95_ms": round(self.percentile_ms(95), 1)}
 
 
-def _request(i: int, max_tokens: int) -> dict[str, Any]:
+def request_body(i: int, max_tokens: int) -> dict[str, Any]:
+    """The `i`-th request of a load: a different instruction each time, so no two requests are alike."""
     return {"instruction": f"Tell me about person number {i} and where they were born.", "max_tokens": max_tokens}
 
 
@@ -168,7 +169,7 @@ async def closed_loop(url: str, clients: int, seconds: float, max_requests: int,
             sent += 1
             start = time.perf_counter()
             try:
-                status = (await c.post("/v1/generate", json=_request(sent, max_tokens))).status_code
+                status = (await c.post("/v1/generate", json=request_body(sent, max_tokens))).status_code
             except httpx.HTTPError:
                 status = 599  # connection-level failure: counted as an error
             if 200 <= status < 300:

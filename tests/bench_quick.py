@@ -23,13 +23,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 #: the test module that reads the runs: the runs start only when one of its tests is selected
 MODULE = "tests/integration/test_benchmarks_quick.py"
-#: quick runs at once, in this order: the serving fault first (its load must not meet the integration
-#: tests that go beside the runs, tests/conftest.py), then the longest, so that the last one to start
-#: is a short one
+#: quick runs at once, in this order: the serving fault and the soak first (their load must not meet
+#: the integration tests that go beside the runs, tests/conftest.py), then the longest, so that the
+#: last one to start is a short one
 PARALLEL = 2
-START_ORDER = ["faults", "training", "serve_load", "faults_scale", "retrieval", "augment", "engines", "critic", "crag",
-               "length_grouping", "decoding", "self_reasoning"]
-#: a quick run that has not ended by then is stuck, not slow: alone the longest takes ~3.5 min, and
+START_ORDER = ["faults", "soak", "training", "serve_load", "faults_scale", "retrieval", "augment", "engines", "critic",
+               "crag", "length_grouping", "decoding", "self_reasoning"]
+#: a quick run that has not ended by then is stuck, not slow: alone the longest (the soak) takes ~5 min, and
 #: beside the unit tests (vLLM engines among them) on 2 cores up to 4x that
 TIMEOUT_S = 1800
 

@@ -1,5 +1,6 @@
 """Fault scenarios, shared by the tests that assert on them (tests/integration/test_cluster_faults.py,
-test_training.py, test_benchmarks_quick.py) and benchmarks/faults.py, which records them.
+test_training.py, test_benchmarks_quick.py) and benchmarks/faults.py, which records them; the
+serving pieces are benchmarks/soak.py's too.
 
 The augmentation and training scenarios run the real job entry scripts (`jobs/*.py`) as drivers inside
 the head's namespace of a `NetnsCluster`; the serving scenario loads a running Serve app over HTTP.
@@ -20,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 import pyarrow as pa
@@ -39,6 +40,9 @@ from tests.cluster_nodes import (
     netns_pids,
     process_titles,
 )
+
+if TYPE_CHECKING:
+    from raypipe.config import RaypipeConfig
 
 PY = sys.executable
 RUN_TIMEOUT_S = 600
@@ -563,13 +567,11 @@ def serve_node_kill_client(url: str, token: str, namespaces: dict[int, str], res
     """The client side of `serve_node_kill`, run inside the head's namespace: wait until every
     Generator replica runs, load the app, SIGKILL a worker node hosting one, and wait until Serve has
     the replicas it should again (`restored_s`: from the kill)."""
-    import httpx
-
     def generators() -> list[int]:
         return replica_pids(namespace_processes(namespaces), NODE_FAULT_APP, "Generator")
 
     wait_for(lambda: len(generators()) == NODE_FAULT_REPLICAS, restore_timeout_s, "the Generator replicas")
-    wait_for(lambda: _healthy(httpx, url), restore_timeout_s, "a healthy app")
+    wait_for(lambda: healthy(url), restore_timeout_s, "a healthy app")
     killed: dict[str, Any] = {}
     rec = serve_replica_kill(url, {"Authorization": f"Bearer {token}"}, NODE_FAULT_APP,
                              lambda: namespace_processes(namespaces), kill_one=kill_hosting_worker(namespaces, killed),
@@ -584,11 +586,48 @@ def serve_node_kill_client(url: str, token: str, namespaces: dict[int, str], res
     return rec
 
 
-def _healthy(httpx: Any, url: str) -> bool:
+def healthy(url: str) -> bool:
+    """Whether the app at `url` answers its liveness route (False while it cannot be reached)."""
+    import httpx
+
     try:
         return httpx.get(f"{url}/healthz", timeout=5).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def cluster_serve_config(model: Path, retrieval: RetrievalConfig, engine: str = "hf", **serve: Any) -> RaypipeConfig:
+    """The Serve app of a small model across a cluster's nodes: every deployment on the request path
+    twice, on different nodes (`serve.max_replicas_per_node: 1`), in CPU shares small enough that the
+    two nodes left after a worker's death hold them all, listening on every address of the head's
+    namespace; `serve` overrides any of it (the soak's autoscaled Decoder)."""
+    from raypipe.config import MethodsConfig, RaypipeConfig, ServeConfig
+    from raypipe.methods.selfrag.settings import SelfRAGSettings
+    from raypipe.settings.models import EngineConfig
+
+    n = NODE_FAULT_REPLICAS
+    spread = {"host": "0.0.0.0", "port": NODE_FAULT_PORT, "app_name": NODE_FAULT_APP, "generator": str(model),
+              "min_replicas": n, "max_replicas": n, "ingress_replicas": n, "generator_replicas": n,
+              "retrieval_replicas": n, "max_replicas_per_node": 1, "max_ongoing_requests": 2, "ingress_cpus": 0.05,
+              "decoder_cpus": 0.05, "generator_cpus": 0.2, "retrieval_cpus": 0.1}
+    return RaypipeConfig(serve=ServeConfig(**{**spread, **serve}), engine=EngineConfig(kind=engine),
+                         retrieval=retrieval,
+                         methods=MethodsConfig(selfrag=SelfRAGSettings(beam_width=2, max_depth=2, max_new_tokens=8)))
+
+
+def serve_command(cfg: RaypipeConfig, config: Path) -> list[str]:
+    """`raypipe serve` (the user's command) of `cfg`, which is written to `config` for it."""
+    config.write_text(yaml.safe_dump(cfg.model_dump(mode="json", exclude_unset=True)))
+    return [str(BIN / "raypipe"), "serve", "-c", str(config)]
+
+
+def stop_server(server: subprocess.Popen) -> None:
+    """SIGTERM, on which `raypipe serve` shuts Serve down; SIGKILL of its tree if it has not within 60 s."""
+    server.send_signal(signal.SIGTERM)
+    try:
+        server.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        kill_tree(server.pid)
 
 
 def serve_node_kill(cluster: NetnsCluster, model: Path, retrieval: RetrievalConfig, work: Path) -> dict[str, Any]:
@@ -599,24 +638,11 @@ def serve_node_kill(cluster: NetnsCluster, model: Path, retrieval: RetrievalConf
     for a next scenario."""
     import secrets
 
-    from raypipe.config import MethodsConfig, RaypipeConfig, ServeConfig
-    from raypipe.methods.selfrag.settings import SelfRAGSettings
-    from raypipe.settings.models import EngineConfig
-
-    n = NODE_FAULT_REPLICAS
-    cfg = RaypipeConfig(
-        serve=ServeConfig(host="0.0.0.0", port=NODE_FAULT_PORT, app_name=NODE_FAULT_APP, generator=str(model),
-                          auth_token_env=NODE_FAULT_TOKEN_ENV, min_replicas=n, max_replicas=n, ingress_replicas=n,
-                          generator_replicas=n, retrieval_replicas=n, max_replicas_per_node=1, max_ongoing_requests=2,
-                          ingress_cpus=0.05, decoder_cpus=0.05, generator_cpus=0.2, retrieval_cpus=0.1),
-        engine=EngineConfig(kind="hf"), retrieval=retrieval,
-        methods=MethodsConfig(selfrag=SelfRAGSettings(beam_width=2, max_depth=2, max_new_tokens=8)))
-    config = work / "serve_node_fault.yaml"
-    config.write_text(yaml.safe_dump(cfg.model_dump(mode="json", exclude_unset=True)))
+    cfg = cluster_serve_config(model, retrieval, auth_token_env=NODE_FAULT_TOKEN_ENV)
     token = secrets.token_hex(8)
     server_log, client_log, out = work / "serve_node_fault.server.log", work / "serve_node_fault.client.log", \
         work / "serve_node_fault.json"
-    server = cluster.popen(0, [str(BIN / "raypipe"), "serve", "-c", str(config)], server_log,
+    server = cluster.popen(0, serve_command(cfg, work / "serve_node_fault.yaml"), server_log,
                            **{NODE_FAULT_TOKEN_ENV: token})
     namespaces = {i: cluster.ns(i) for i in cluster.nodes}
     try:
@@ -628,11 +654,7 @@ def serve_node_kill(cluster: NetnsCluster, model: Path, retrieval: RetrievalConf
             raise RuntimeError(f"{exc}\n--- server log ---\n{server_log.read_text(errors='replace')[-4000:]}") from None
         rec = json.loads(out.read_text())
     finally:
-        server.send_signal(signal.SIGTERM)  # `raypipe serve` shuts Serve down on SIGTERM
-        try:
-            server.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            kill_tree(server.pid)
+        stop_server(server)
     cluster.restart_worker(rec["victim_node"], wait=False)
     return rec
 

@@ -28,6 +28,8 @@ REQUIRED = {
     "faults": ["faults", "failure_detection"],
     "faults_scale": ["n_instances", "rows_out", "lost", "duplicated", "identical", "wall_s_clean", "wall_s_faulted",
                      "overhead", "recovery_s"],
+    "soak": ["errors_outside_inflight", "p99_after_over_before", "replica_memory_growth", "sustained_rps_2_replicas",
+             "rate_rps", "minutes", "kills"],
     "self_reasoning": ["sr_vs_selfrag_time_ratio", "trajectory_parse_rate", "sr_seconds_per_question"],
     "length_grouping": ["padding_ratio_grouped_vs_plain", "tokens_per_s_grouped_vs_plain"],
     "engines": ["vllm_vs_hf_batch1_fp32", "vllm_vs_hf_batch8_fp32", "tree_search_vs_plain_vllm",
@@ -94,6 +96,32 @@ def test_quick_scale_fault_lost_nothing_and_wrote_what_the_uninterrupted_run_wro
     assert clean["rows_out"] == faulted["rows_out"] == result["n_instances"] == result["shards"] * result["rows"]
     assert result["identical"] and clean["digest"] == faulted["digest"]
     assert result["recovery_s"] == faulted["recovery_s"] is not None
+
+
+def test_quick_soak_kills_failed_only_requests_in_flight_and_the_app_came_back_whole(quick_runs):
+    """`soak.py --quick`: open-loop load across a head and two workers (each deployment twice, one
+    replica per node), a Generator replica SIGKILLed at minute 3 and the worker node hosting one at
+    minute 6; on one local Ray instance, without network namespaces, the replica kill only."""
+    run = quick_runs["soak"]
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads((run.results / "soak.json").read_text())
+    kills = {k["kill"]: k for k in result["kills"]}
+    assert sorted(kills) == (["replica"] if result["node_kill_skipped"] else ["node", "replica"]), result["kills"]
+    assert result["rate_rps"] > 0 and len(result["minutes"]) == result["plan"]["minutes"]
+    # only requests on their way at a kill failed; none sent at any other time did, none hung to its timeout
+    assert result["errors_outside_inflight"] == 0, result["errors_outside_inflight_by_kind"]
+    assert result["max_latency_s"] < result["plan"]["timeout_s"], result["max_latency_s"]
+    for kill in kills.values():
+        # the fault hit a Generator replica while another one served, and the app answered again after it
+        assert kill["replicas_at_kill"] == 2, kill
+        assert kill["recovery_s"] is not None and kill["answered_after_recovery"] >= 8, kill
+        # Serve replaced what was lost: two Generator replicas again, the victim not among them
+        assert kill["replaced_s"] is not None, kill
+    if "node" in kills:
+        node = kills["node"]
+        # a worker node died, and the replacement runs on a node left alive
+        assert node["node"] in (1, 2) and node["node"] not in node["replica_nodes_after"], node
+
 
 
 def test_the_quick_retrieval_run_keeps_its_embedding_cache_out_of_the_checkout(quick_runs):
