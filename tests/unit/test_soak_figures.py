@@ -81,7 +81,7 @@ def test_after_a_node_kill_the_replacement_must_be_on_another_node():
     assert replaced_s(samples, NODE_KILL, "Generator", 2) == 4.0
 
 
-def test_kill_figures_compare_p99_in_the_minute_before_and_the_minute_after_recovery():
+def test_kill_figures_compare_p99_in_the_minute_before_and_the_minute_after_the_replica_is_back():
     minute = 10.0
     before = [ok(20.0 + i, 0.1) for i in range(10)]          # sent in [20, 30): 100 ms each
     flying = [ok(29.5, 1.0), failed(29.8, 30.5)]              # in flight at 30
@@ -128,7 +128,7 @@ def test_minute_rows_count_answers_latency_errors_memory_and_replicas_per_minute
 
 def test_summary_has_the_issues_keys_and_the_worst_ratio():
     requests = [ok(20.0 + i, 0.1) for i in range(10)] + [ok(31.0 + i, 0.11) for i in range(28)] \
-        + [ok(61.0 + i, 0.1) for i in range(10)]
+        + [ok(61.0 + i, 0.1) for i in range(24)]
     samples = [replicas(5.0, [(1, 1), (3, 2)]), replicas(40.0, [(3, 2), (4, 1)]), replicas(75.0, [(4, 1), (8, 0)])]
     out = summary(requests, samples, [REPLICA_KILL, NODE_KILL], 0.0, 10.0, 8, "Generator", 2)
     assert out["errors_outside_inflight"] == 0
@@ -154,3 +154,17 @@ def test_the_plot_draws_every_minute_on_four_panels_with_each_kill_marked():
         assert kill_marks == [3.0, 6.0]  # minutes, at 30 s and 60 s of 10 s minutes
     rps = fig.axes[0].lines[0]
     assert list(rps.get_xdata()) == [m + 0.5 for m in range(8)] and max(rps.get_ydata()) == pytest.approx(1.0)
+
+
+def test_p99_after_starts_when_the_replica_is_back_not_at_the_first_answer():
+    minute = 10.0
+    before = [ok(20.0 + i, 0.1) for i in range(10)]
+    queued = [ok(31.0 + i / 2, 2.0) for i in range(10)]       # the survivor's queue until the replica is back
+    after = [ok(36.0 + i, 0.3) for i in range(10)]            # the replacement runs from 36
+    samples = [replicas(29.0, [(1, 1), (2, 0)]), replicas(36.0, [(2, 0), (4, 1)])]
+    rec = kill_figures(before + queued + after, samples, [REPLICA_KILL], 0, 0.0, minute, "Generator", 2)
+    assert rec["recovery_s"] == pytest.approx(3.0) and rec["replaced_s"] == 6.0
+    assert rec["p99_after_ms"] == pytest.approx(300.0, abs=0.2)
+    # without a sample showing the replacement, the window starts at the first answer: the queue counts
+    rec = kill_figures(before + queued + after, samples[:1], [REPLICA_KILL], 0, 0.0, minute, "Generator", 2)
+    assert rec["replaced_s"] is None and rec["p99_after_ms"] == pytest.approx(2000.0, abs=1.0)
