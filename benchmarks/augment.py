@@ -10,11 +10,17 @@ loop whose forward passes already use every core.
 
 The critic is `--critic` (default: the demo's trained critic when `make demo` has built it, else an
 untrained tiny model, which judges almost nothing worth retrieving and so measures the cheap branch;
-the JSON says which).
+the JSON says which); `--encoder-critic` builds an untrained encoder critic instead (MiniLM with
+fresh heads: the demo's critic kind, whose memory and speed do not depend on its weights).
+
+Every run also samples the model actors' memory shard by shard (benchmarks/_actor_memory.py):
+`actor_rss_by_shard`, and `actor_memory_growth`, each actor's RSS at the last shard over the first's,
+less 1, the largest (issue 60's "flat within 5%" is read on a >= 30,000-instance run).
 
     python -m benchmarks.augment            # 150k instances
     python -m benchmarks.augment --quick    # 300 instances, < 1.5 min
     python -m benchmarks.augment --work runs/bench_augment   # resumable: rerun the same command
+    python -m benchmarks.augment --instances 30000 --subset 200 --encoder-critic   # actor memory
 
 With `--work` the run keeps its folder, and a rerun after a kill (a session's end, a lost machine)
 reuses the world, index and sequential baseline and lets `raypipe augment` skip the shards already
@@ -36,8 +42,10 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from benchmarks._actor_memory import ActorMemory, growth
 from benchmarks._common import peak_rss_gib_tree, timer, write_result
 
+REPO = Path(__file__).resolve().parent.parent
 DEMO_CRITIC = Path("runs/demo/models/critic")
 
 
@@ -100,6 +108,25 @@ class Attempts:
         return sum(a["wall_s"] for a in every), max(a["peak_rss_gib"] for a in every), len(every)
 
 
+def untrained_encoder_critic(folder: Path) -> Path:
+    """An encoder critic folder of MiniLM with fresh heads (seeded), laid out as `raypipe train critic`
+    lays out the demo's (its `training.critic` settings: input cut, input format), minus the training."""
+    import torch
+
+    from raypipe.config import load_config
+    from raypipe.critic.encoder import write_manifest
+    from raypipe.critic.encoder_model import load_aspect_heads, save_aspect_heads
+    from raypipe.models import minilm_path
+
+    if not (folder / "config.json").exists():
+        demo = load_config(REPO / "configs" / "demo.yaml", []).training.critic
+        torch.manual_seed(0)
+        model, tokenizer = load_aspect_heads(minilm_path(), demo.encoder_layers)
+        save_aspect_heads(model, tokenizer, folder)
+        write_manifest(folder, str(minilm_path()), demo.encoder_layers, demo.max_length, demo.encoder_input)
+    return folder
+
+
 def sequential_loop(instances_dir: Path, cfg, limit: int, threads: int | None = None) -> tuple[int, float]:
     """The pipeline's steps, each over the whole subset before the next (no overlap, one process;
     torch uses its default threads, one per core, unless `threads` is given)."""
@@ -139,6 +166,8 @@ def main() -> None:
     parser.add_argument("--instances", type=int, help="corpus size (default 150000; quick 300)")
     parser.add_argument("--subset", type=int, help="sequential-loop subset (default 2000; quick 100)")
     parser.add_argument("--critic", help="critic model folder (default: the demo critic if built)")
+    parser.add_argument("--encoder-critic", action="store_true",
+                        help="an untrained encoder critic (MiniLM, fresh heads) instead of the default critic")
     parser.add_argument("--work", help="keep the run's folder here and resume from it (default: a temp "
                                        "folder, removed at the end)")
     args = parser.parse_args()
@@ -164,6 +193,8 @@ def main() -> None:
             synthesize(WorldConfig(out_dir=str(world), instances=n, seed=0, eval_instances=0, shard_size=5000))
         if args.critic:
             critic, critic_kind = Path(args.critic), "given"
+        elif args.encoder_critic:
+            critic, critic_kind = untrained_encoder_critic(work / "critic_encoder"), "untrained encoder"
         elif (DEMO_CRITIC / "config.json").exists():
             critic, critic_kind = DEMO_CRITIC, "demo (trained)"
         else:
@@ -192,7 +223,7 @@ def main() -> None:
                 n_one, one_s = child.submit(sequential_loop, world / "instances", cfg, subset // 2, 1).result()
             baseline.write_text(json.dumps([n_seq, seq_s, n_one, one_s]))
         n_seq, seq_s, n_one, one_s = json.loads(baseline.read_text())
-        with PeakRss() as rss, Attempts(work / "attempts.json", rss) as attempts:
+        with PeakRss() as rss, ActorMemory(work / "gen") as actors, Attempts(work / "attempts.json", rss) as attempts:
             stats = run_augment(cfg)
         ray.shutdown()
         wall_s, peak_rss, n_attempts = attempts.totals()
@@ -210,6 +241,8 @@ def main() -> None:
         "wall_s": round(wall_s, 1),
         "instances_per_s": round(pipeline_rate, 2),
         "peak_rss_gib": peak_rss,
+        "actor_memory_growth": growth(actors.rows),
+        "actor_rss_by_shard": actors.rows,
         "attempts": n_attempts,
         "sequential_subset": n_seq,
         "sequential_wall_s": round(seq_s, 1),
@@ -228,7 +261,8 @@ def main() -> None:
     path = write_result("augment", payload)
     print(f"augment: {payload['n_instances']} instances in {payload['wall_s']} s "
           f"({payload['instances_per_s']}/s, {payload['ratio_vs_sequential']}x the sequential loop), "
-          f"peak RSS {payload['peak_rss_gib']} GiB -> {path}")
+          f"peak RSS {payload['peak_rss_gib']} GiB, model actors' growth first to last shard "
+          f"{payload['actor_memory_growth']} -> {path}")
 
 
 if __name__ == "__main__":

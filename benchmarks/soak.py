@@ -191,6 +191,16 @@ def kill(where: Site, kind: str, titles: dict[int, str]) -> Kill:
     return Kill(kind, at, pid, killed["node"], len(victims), what)
 
 
+def _replica_line(s: Sample) -> str:
+    """The replicas of each deployment in a sample and their mean memory: the soak's progress line (its
+    requests are known only when the client ends)."""
+    parts = []
+    for d in DEPLOYMENTS:
+        rss = [r.rss for r in s.of(d)]
+        parts.append(f"{d} {len(rss)}" + (f" ({sum(rss) / len(rss) / 2**20:.0f} MiB)" if rss else ""))
+    return ", ".join(parts)
+
+
 def soak(where: Site, plan: Plan, rate: float, work: Path) -> tuple[list[Request], list[Sample], list[Kill], float]:
     """The open-loop load from a client process while this one samples the replicas and kills at the
     plan's minutes; returns the requests, samples, kills and the load's start."""
@@ -202,11 +212,16 @@ def soak(where: Site, plan: Plan, rate: float, work: Path) -> tuple[list[Request
     due = [(start + minute * plan.minute_s, kind) for minute, kind in zip(plan.kill_minutes, kinds, strict=False)]
     samples: list[Sample] = []
     kills: list[Kill] = []
+    minute = 0
     while client.poll() is None:
         titles = where.processes()
         samples.append(sample(titles))
         if due and time.time() >= due[0][0]:
             kills.append(kill(where, due.pop(0)[1], titles))
+            print(f"soak: killed {kills[-1].what}", flush=True)
+        if time.time() >= start + (minute + 1) * plan.minute_s and minute < plan.minutes:
+            minute += 1
+            print(f"soak: minute {minute}/{plan.minutes}: {_replica_line(samples[-1])}", flush=True)
         wake = min([time.time() + plan.sample_s, *(t for t, _ in due[:1])])
         time.sleep(max(0.0, wake - time.time()))
     finish(client, log, timeout_s=seconds + plan.timeout_s)
@@ -227,6 +242,8 @@ def serve_and_soak(where: Site, plan: Plan, model: Path, retrieval: RetrievalCon
                                           READY_S), log), log)
         saturation = json.loads(out.read_text())
         rate = round(plan.rate_fraction * saturation["rps"], 3)
+        print(f"soak: two {KILLED} replicas sustain {saturation['rps']:g} req/s; {plan.minutes} minutes of "
+              f"{plan.minute_s:g} s at {rate:g} req/s", flush=True)
         requests, samples, kills, start = soak(where, plan, rate, work)
     except (RuntimeError, TimeoutError) as exc:
         raise RuntimeError(f"{exc}\n--- server log ---\n{server_log.read_text(errors='replace')[-4000:]}") from None

@@ -24,7 +24,7 @@ REQUIRED = {
     "serve_load": ["rps_1_replica", "rps_2_replicas", "p95_ms_1_replica", "p95_ms_2_replicas", "errors",
                    "replicas_over_time", "scaled_up", "scaled_down"],
     "augment": ["n_instances", "wall_s", "instances_per_s", "peak_rss_gib", "ratio_vs_sequential",
-                "ceiling_vs_sequential"],
+                "ceiling_vs_sequential", "actor_memory_growth", "actor_rss_by_shard"],
     "faults": ["faults", "failure_detection"],
     "faults_scale": ["n_instances", "rows_out", "lost", "duplicated", "identical", "wall_s_clean", "wall_s_faulted",
                      "overhead", "recovery_s"],
