@@ -20,7 +20,7 @@ less 1, the largest (issue 60's "flat within 5%" is read on a >= 30,000-instance
     python -m benchmarks.augment            # 150k instances
     python -m benchmarks.augment --quick    # 300 instances, < 1.5 min
     python -m benchmarks.augment --work runs/bench_augment   # resumable: rerun the same command
-    python -m benchmarks.augment --instances 30000 --subset 200 --encoder-critic   # actor memory
+    python -m benchmarks.augment --instances 30000 --subset 200 --shard-size 500 --encoder-critic   # actor memory
 
 With `--work` the run keeps its folder, and a rerun after a kill (a session's end, a lost machine)
 reuses the world, index and sequential baseline and lets `raypipe augment` skip the shards already
@@ -165,6 +165,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="300 instances, < 1.5 min")
     parser.add_argument("--instances", type=int, help="corpus size (default 150000; quick 300)")
     parser.add_argument("--subset", type=int, help="sequential-loop subset (default 2000; quick 100)")
+    parser.add_argument("--shard-size", type=int,
+                        help="instances per input shard (default 5000; quick 100): the actors' memory is read per shard")
     parser.add_argument("--critic", help="critic model folder (default: the demo critic if built)")
     parser.add_argument("--encoder-critic", action="store_true",
                         help="an untrained encoder critic (MiniLM, fresh heads) instead of the default critic")
@@ -173,6 +175,7 @@ def main() -> None:
     args = parser.parse_args()
     n = args.instances or (300 if args.quick else 150_000)
     subset = args.subset or (100 if args.quick else 2000)
+    shard_size = args.shard_size or (100 if args.quick else 5000)
 
     import ray
 
@@ -190,7 +193,7 @@ def main() -> None:
     try:
         world = work / "world"
         if not (world / "_SUCCESS").exists():
-            synthesize(WorldConfig(out_dir=str(world), instances=n, seed=0, eval_instances=0, shard_size=5000))
+            synthesize(WorldConfig(out_dir=str(world), instances=n, seed=0, eval_instances=0, shard_size=shard_size))
         if args.critic:
             critic, critic_kind = Path(args.critic), "given"
         elif args.encoder_critic:
@@ -253,6 +256,7 @@ def main() -> None:
         "sequential_one_thread_instances_per_s": round(one_thread_rate, 2),
         "ceiling_vs_sequential": round(cores * one_thread_rate / sequential_rate, 2),
         "critic": critic_kind,
+        "shard_size": shard_size,
         "rows_written": stats["rows_written"],
         "retrieve_yes_share": stats["retrieve_yes_share"],
         "quick": args.quick,
