@@ -69,10 +69,14 @@ APP = "soak"
 #: the deployments on the request path, sampled; the killed one and how many replicas it has
 DEPLOYMENTS = ("Ingress", "Decoder", "Generator", "Retrieval")
 KILLED, KILLED_REPLICAS = "Generator", 2
-#: Serve's autoscaler runs the Decoder between 1 and 2 replicas (upscale in seconds, downscale slower)
+#: Serve's autoscaler runs the Decoder between 1 and 2 replicas (upscale in seconds, downscale slower).
+#: The Decoder's queue is unbounded: the requests a replica's outage backs up wait for the replacement
+#: instead of being shed with 503 (at 70% of two replicas' rate the one left gets 140% of its share;
+#: `serve.max_queued_requests`' default of 32 shed 11 requests during a 9 s outage here); one that
+#: waits past the client's timeout still fails, and counts.
 AUTOSCALED = {"app_name": APP, "min_replicas": 1, "max_replicas": KILLED_REPLICAS, "target_ongoing_requests": 2.0,
               "upscale_delay_s": 2.0, "downscale_delay_s": 15.0, "look_back_period_s": 5.0,
-              "metrics_interval_s": 1.0, "max_ongoing_requests": 4}
+              "metrics_interval_s": 1.0, "max_ongoing_requests": 4, "max_queued_requests": -1}
 #: the app's start on a loaded 2-core machine (every replica a fresh process, a model to load)
 READY_S = 300.0
 #: time the load client is given to start (python, httpx) before its first request is due
@@ -169,10 +173,20 @@ def node_of(title: str) -> int:
     return int(found.group(1)) if found else 0
 
 
+#: in a replica's process title while Serve constructs it (the actor's `__init__`, then the call that
+#: runs the deployment's constructor: its engine loading); a replica that serves shows the method it
+#: last ran (a request's, a health check's)
+CONSTRUCTING = (".__init__", ".initialize_and_get_metadata")
+
+
+def _ready(title: str) -> bool:
+    return not any(step in title for step in CONSTRUCTING)
+
+
 def sample(titles: dict[int, str]) -> Sample:
     from raypipe.heap import tree_rss
 
-    return Sample(time.time(), tuple(Replica(d, pid, node_of(titles[pid]), tree_rss(pid))
+    return Sample(time.time(), tuple(Replica(d, pid, node_of(titles[pid]), tree_rss(pid), _ready(titles[pid]))
                                      for d in DEPLOYMENTS for pid in replica_pids(titles, APP, d)))
 
 

@@ -10,13 +10,14 @@ from benchmarks._soak_figures import (
     Kill,
     Replica,
     Sample,
+    drained_at,
+    first_answer_at,
     in_flight,
     kill_figures,
     memory_growth,
     minute_rows,
     outside_in_flight,
     percentile_ms,
-    recovered_at,
     replaced_s,
     summary,
 )
@@ -54,11 +55,26 @@ def test_a_failure_counts_against_a_kill_only_when_it_was_in_flight_at_one():
     assert outside_in_flight(requests, [REPLICA_KILL, NODE_KILL]) == [requests[2], requests[3]]
 
 
-def test_recovery_is_the_first_answer_to_a_request_sent_after_the_kill():
-    # the request sent before the kill and answered after it is no sign of recovery
+def test_the_first_answer_is_to_a_request_sent_after_the_kill():
+    # the request sent before the kill and answered after it is no sign that service goes on
     requests = [ok(29.0, 1.5), failed(30.2, 30.4), ok(30.5, 3.0), ok(31.0, 1.0)]
-    assert recovered_at(requests, 30.0) == 32.0
-    assert recovered_at([ok(29.0, 5.0)], 30.0) is None
+    assert first_answer_at(requests, 30.0) == 32.0
+    assert first_answer_at([ok(29.0, 5.0)], 30.0) is None
+
+
+def test_the_queue_is_drained_when_every_request_sent_before_a_time_has_ended():
+    requests = [ok(29.0, 1.5), failed(30.2, 34.0), ok(31.5, 5.0), ok(33.0, 9.0)]
+    assert drained_at(requests, 32.0) == 36.5  # the one sent at 33 is not the outage's backlog
+    assert drained_at(requests, None) is None
+    assert drained_at([], 40.0) == 40.0
+
+
+def test_a_replica_still_in_its_constructor_does_not_count_as_a_replacement():
+    def generators(t: float, ready: bool) -> Sample:
+        return Sample(t, (Replica("Generator", 2, 0, MIB), Replica("Generator", 5, 1, MIB, ready)))
+
+    samples = [generators(32.0, False), generators(36.0, True)]
+    assert replaced_s(samples, REPLICA_KILL, "Generator", 2) == 6.0
 
 
 def test_percentiles_in_ms_and_none_of_nothing():
@@ -81,23 +97,25 @@ def test_after_a_node_kill_the_replacement_must_be_on_another_node():
     assert replaced_s(samples, NODE_KILL, "Generator", 2) == 4.0
 
 
-def test_kill_figures_compare_p99_in_the_minute_before_and_the_minute_after_the_replica_is_back():
+def test_kill_figures_compare_p99_in_the_minute_before_and_the_minute_after_recovery():
     minute = 10.0
     before = [ok(20.0 + i, 0.1) for i in range(10)]          # sent in [20, 30): 100 ms each
     flying = [ok(29.5, 1.0), failed(29.8, 30.5)]              # in flight at 30
-    after = [ok(31.0 + i, 0.3) for i in range(10)]            # recovery at 31.3, then 300 ms each
+    after = [ok(31.0 + i, 0.3) for i in range(12)]            # first answer at 31.3, then 300 ms each
     late = [failed(45.0, 45.2, "HTTP 503")]                   # outside any in-flight set
     requests = before + flying + after + late
     samples = [replicas(29.0, [(1, 1), (2, 0)]), replicas(33.0, [(2, 0), (4, 1)])]
     rec = kill_figures(requests, samples, [REPLICA_KILL], 0, 0.0, minute, "Generator", 2)
     assert (rec["in_flight"], rec["failed_in_flight"], rec["errors_outside_inflight"]) == (2, 1, 1)
-    assert rec["recovery_s"] == pytest.approx(1.3)
+    # service went on at 31.3; the replacement ran at 33; what was sent before it was answered by 32.3
+    assert rec["first_answer_s"] == pytest.approx(1.3) and rec["replaced_s"] == 3.0
+    assert rec["recovery_s"] == pytest.approx(2.3)
     # the minute before is the requests answered before the kill: the in-flight answer is not its figure
     assert rec["p99_before_ms"] == pytest.approx(100.0, abs=0.2)
     assert rec["p99_after_ms"] == pytest.approx(300.0, abs=0.2)
     assert rec["p99_after_over_before"] == pytest.approx(3.0, abs=0.01)
-    assert rec["answered_after_recovery"] == 9  # the first answer after the kill is the recovery itself
-    assert rec["replaced_s"] == 3.0 and rec["replica_nodes_after"] == [0, 1]
+    assert rec["answered_after_recovery"] == 10  # sent at 33 ... 42
+    assert rec["replica_nodes_after"] == [0, 1]
 
 
 def test_memory_growth_is_per_replica_process_alive_in_the_first_and_the_last_minute():
@@ -156,15 +174,18 @@ def test_the_plot_draws_every_minute_on_four_panels_with_each_kill_marked():
     assert list(rps.get_xdata()) == [m + 0.5 for m in range(8)] and max(rps.get_ydata()) == pytest.approx(1.0)
 
 
-def test_p99_after_starts_when_the_replica_is_back_not_at_the_first_answer():
+def test_p99_after_starts_once_the_outages_queue_is_answered_and_p99_outage_holds_the_queue():
     minute = 10.0
     before = [ok(20.0 + i, 0.1) for i in range(10)]
     queued = [ok(31.0 + i / 2, 2.0) for i in range(10)]       # the survivor's queue until the replica is back
-    after = [ok(36.0 + i, 0.3) for i in range(10)]            # the replacement runs from 36
+    after = [ok(37.0 + i, 0.3) for i in range(10)]            # the replacement runs from 36
     samples = [replicas(29.0, [(1, 1), (2, 0)]), replicas(36.0, [(2, 0), (4, 1)])]
     rec = kill_figures(before + queued + after, samples, [REPLICA_KILL], 0, 0.0, minute, "Generator", 2)
-    assert rec["recovery_s"] == pytest.approx(3.0) and rec["replaced_s"] == 6.0
+    # the last request queued before the replacement (sent at 35.5) is answered at 37.5
+    assert rec["first_answer_s"] == pytest.approx(3.0) and rec["replaced_s"] == 6.0
+    assert rec["recovery_s"] == pytest.approx(7.5)
     assert rec["p99_after_ms"] == pytest.approx(300.0, abs=0.2)
-    # without a sample showing the replacement, the window starts at the first answer: the queue counts
+    assert rec["p99_outage_ms"] == pytest.approx(2000.0, abs=1.0)
+    # without a sample showing the replacement, there is no recovery to compare after
     rec = kill_figures(before + queued + after, samples[:1], [REPLICA_KILL], 0, 0.0, minute, "Generator", 2)
-    assert rec["replaced_s"] is None and rec["p99_after_ms"] == pytest.approx(2000.0, abs=1.0)
+    assert rec["replaced_s"] is rec["recovery_s"] is rec["p99_after_ms"] is rec["p99_after_over_before"] is None
