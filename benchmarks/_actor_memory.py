@@ -10,10 +10,10 @@ last, for the actors alive at both (a restarted actor starts small and would hid
 
 from __future__ import annotations
 
-import threading
-import time
 from pathlib import Path
 from typing import Any
+
+from benchmarks._common import PeriodicSampler
 
 #: the class name in the title Ray gives an actor of the pool (`ray::MapWorker(MapBatches(StepRunner))`)
 ACTOR_TITLE = "StepRunner"
@@ -44,35 +44,22 @@ def growth(rows: list[dict[str, Any]]) -> float | None:
     return round(max(last[pid] / first[pid] - 1 for pid in both), 4) if both else None
 
 
-class ActorMemory:
+class ActorMemory(PeriodicSampler):
     """Samples the actors every `every` seconds while the block runs; `rows` holds one row per shard
     count seen: `shards`, `t_s` (since the start) and `rss_mib` by actor pid."""
 
     def __init__(self, out_dir: Path, every: float = 2.0):
+        super().__init__(every)
         self.data = out_dir / "data"
-        self.every = every
         self.rows: list[dict[str, Any]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._start = 0.0
 
     def _shards(self) -> int:
         return len(list(self.data.glob("*.parquet"))) if self.data.is_dir() else 0
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.every):
-            shards = self._shards()
-            if shards and (not self.rows or shards > self.rows[-1]["shards"]):
-                rss = actor_rss()
-                if rss:
-                    self.rows.append({"shards": shards, "t_s": round(time.perf_counter() - self._start, 1),
-                                      "rss_mib": {pid: round(b / 2**20, 1) for pid, b in sorted(rss.items())}})
-
-    def __enter__(self) -> ActorMemory:
-        self._start = time.perf_counter()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+    def sample(self) -> None:
+        shards = self._shards()
+        if shards and (not self.rows or shards > self.rows[-1]["shards"]):
+            rss = actor_rss()
+            if rss:
+                self.rows.append({"shards": shards, "t_s": round(self.elapsed(), 1),
+                                  "rss_mib": {pid: round(b / 2**20, 1) for pid, b in sorted(rss.items())}})

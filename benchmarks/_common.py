@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import platform
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -72,6 +73,40 @@ def timer() -> Iterator[Timing]:
         yield t
     finally:
         t.seconds = time.perf_counter() - start
+
+
+class PeriodicSampler:
+    """Calls `sample()` every `every` seconds on a background thread while its `with` block runs, and
+    `finish()` once at the end: the benchmarks' watchers of a run they do not drive (memory, progress)."""
+
+    def __init__(self, every: float):
+        self.every = every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._start = 0.0
+
+    def sample(self) -> None:
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        """What the end of the block adds (nothing by default)."""
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self._start
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            self.sample()
+
+    def __enter__(self):
+        self._start = time.perf_counter()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.finish()
 
 
 def peak_rss_gib_tree(pid: int | None = None) -> float:

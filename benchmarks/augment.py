@@ -37,70 +37,44 @@ import multiprocessing
 import os
 import shutil
 import tempfile
-import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from benchmarks._actor_memory import ActorMemory, growth
-from benchmarks._common import peak_rss_gib_tree, timer, write_result
+from benchmarks._common import PeriodicSampler, peak_rss_gib_tree, timer, write_result
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_CRITIC = Path("runs/demo/models/critic")
 
 
-class PeakRss:
-    """Samples the RSS of this process and all its descendants (raylet, Ray workers) twice a second."""
+class PeakRss(PeriodicSampler):
+    """The highest RSS of this process and all its descendants (raylet, Ray workers), read twice a second."""
 
     def __init__(self) -> None:
+        super().__init__(every=0.5)
         self.peak = 0.0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, peak_rss_gib_tree())
-            self._stop.wait(0.5)
-
-    def __enter__(self) -> PeakRss:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+    def sample(self) -> None:
+        self.peak = max(self.peak, peak_rss_gib_tree())
 
 
-class Attempts:
+class Attempts(PeriodicSampler):
     """The pipeline's attempts in a kept work folder (attempts.json): each one's elapsed seconds and
     peak RSS, saved every `every` seconds while it runs, so that a killed attempt still counts."""
 
     def __init__(self, path: Path, rss: PeakRss, every: float = 5.0):
-        self.path, self.rss, self.every = path, rss, every
+        super().__init__(every)
+        self.path, self.rss = path, rss
         self.past = json.loads(path.read_text()) if path.exists() else []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._start = 0.0
 
-    def _save(self) -> None:
-        now = {"wall_s": round(time.perf_counter() - self._start, 1), "peak_rss_gib": round(self.rss.peak, 2)}
+    def sample(self) -> None:
+        now = {"wall_s": round(self.elapsed(), 1), "peak_rss_gib": round(self.rss.peak, 2)}
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps([*self.past, now], indent=1) + "\n")
         tmp.replace(self.path)
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.every):
-            self._save()
-
-    def __enter__(self) -> Attempts:
-        self._start = time.perf_counter()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._save()
+    finish = sample
 
     def totals(self) -> tuple[float, float, int]:
         """(summed wall seconds, highest peak RSS, attempts) over every attempt, this one included."""

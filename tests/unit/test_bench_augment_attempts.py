@@ -15,7 +15,7 @@ def test_a_killed_attempts_time_counts_and_a_resumed_one_adds_to_it(tmp_path):
     path.write_text(json.dumps([{"wall_s": 1800.0, "peak_rss_gib": 5.5}]))
     with Attempts(path, SimpleNamespace(peak=4.0), every=0.01) as attempt:
         # while it runs the file already holds the earlier attempt and this one, so a kill loses nothing
-        attempt._save()
+        attempt.sample()
         saved = json.loads(path.read_text())
         assert len(saved) == 2 and saved[0] == {"wall_s": 1800.0, "peak_rss_gib": 5.5}
     wall, peak, n = attempt.totals()
