@@ -266,7 +266,19 @@ def serve_and_soak(where: Site, plan: Plan, model: Path, retrieval: RetrievalCon
     figures = summary(requests, samples, kills, start, plan.minute_s, plan.minutes, KILLED, KILLED_REPLICAS)
     return {"sustained_rps_2_replicas": saturation["rps"], "rate_rps": rate,
             "baseline": {"name": f"closed-loop saturation, {plan.clients} clients, {KILLED_REPLICAS} {KILLED} replicas",
-                         **saturation}, **figures}
+                         **saturation}, **figures, "raw": raw_records(requests, samples, start)}
+
+
+def raw_records(requests: list[Request], samples: list[Sample], start: float) -> dict[str, Any]:
+    """Every request and replica sample, seconds from the load's start: the figures' own data, so that a
+    question the summary does not answer (which requests were slow after a recovery, on which replica's
+    start) is read from the file, not from a rerun."""
+    return {"requests": {"columns": ["sent_s", "latency_s", "status", "error"],
+                         "rows": [[round(r.start - start, 3), round(r.end - r.start, 3), r.status, r.error]
+                                  for r in requests]},
+            "samples": {"columns": ["t_s", "deployment", "pid", "node", "rss_mib", "ready"],
+                        "rows": [[round(x.t - start, 2), r.deployment, r.pid, r.node, round(r.rss / 2**20, 1), r.ready]
+                                 for x in samples for r in x.replicas]}}
 
 
 def main() -> None:
