@@ -69,14 +69,13 @@ APP = "soak"
 #: the deployments on the request path, sampled; the killed one and how many replicas it has
 DEPLOYMENTS = ("Ingress", "Decoder", "Generator", "Retrieval")
 KILLED, KILLED_REPLICAS = "Generator", 2
-#: Serve's autoscaler runs the Decoder between 1 and 2 replicas (upscale in seconds, downscale slower).
+#: Serve's autoscaler runs the Decoder between 1 and 2 replicas (its delays: `Plan`).
 #: The Decoder's queue is unbounded: the requests a replica's outage backs up wait for the replacement
 #: instead of being shed with 503 (at 70% of two replicas' rate the one left gets 140% of its share;
 #: `serve.max_queued_requests`' default of 32 shed 11 requests during a 9 s outage here); one that
 #: waits past the client's timeout still fails, and counts.
 AUTOSCALED = {"app_name": APP, "min_replicas": 1, "max_replicas": KILLED_REPLICAS, "target_ongoing_requests": 2.0,
-              "upscale_delay_s": 2.0, "downscale_delay_s": 15.0, "look_back_period_s": 5.0,
-              "metrics_interval_s": 1.0, "max_ongoing_requests": 4, "max_queued_requests": -1}
+              "look_back_period_s": 5.0, "metrics_interval_s": 1.0, "max_ongoing_requests": 4, "max_queued_requests": -1}
 #: the app's start on a loaded 2-core machine (every replica a fresh process, a model to load)
 READY_S = 300.0
 #: time the load client is given to start (python, httpx) before its first request is due
@@ -99,12 +98,20 @@ class Plan:
     sample_s: float
     timeout_s: float
     max_tokens: int
+    #: the Decoder autoscaler's delays: the full run takes Ray Serve's own defaults (a replica added
+    #: after 30 s over target, removed after 600 s under), a long-running deployment's; with 2 s and 15 s
+    #: (near `serve.*_delay_s`' defaults, set for a demo to show autoscaling within a minute) the Decoder
+    #: went 1-2-1 in six of ten minutes of a soak, each of those minutes with a p99 2-5x the others' (a
+    #: replica's start takes CPU from the two cores). The quick run's minutes are 18 s: it keeps the
+    #: short delays, to see the autoscaler act at all.
+    upscale_delay_s: float = 30.0
+    downscale_delay_s: float = 600.0
 
 
 FULL = Plan(minutes=10, minute_s=60.0, kill_minutes=(3.0, 6.0), rate_fraction=0.7, clients=8, warmup=16,
             saturation_s=60.0, sample_s=2.0, timeout_s=60.0, max_tokens=8)
 QUICK = Plan(minutes=10, minute_s=18.0, kill_minutes=(3.0, 6.0), rate_fraction=0.5, clients=6, warmup=6,
-             saturation_s=15.0, sample_s=1.0, timeout_s=60.0, max_tokens=8)
+             saturation_s=15.0, sample_s=1.0, timeout_s=60.0, max_tokens=8, upscale_delay_s=2.0, downscale_delay_s=15.0)
 
 
 @dataclass(frozen=True)
@@ -245,7 +252,8 @@ def soak(where: Site, plan: Plan, rate: float, work: Path) -> tuple[list[Request
 def serve_and_soak(where: Site, plan: Plan, model: Path, retrieval: RetrievalConfig, engine: str,
                    work: Path) -> dict[str, Any]:
     """`raypipe serve` of the app, the saturation, then the soak; Serve is shut down afterwards."""
-    cfg = cluster_serve_config(model, retrieval, engine, **AUTOSCALED, **where.serve)
+    cfg = cluster_serve_config(model, retrieval, engine, **AUTOSCALED, upscale_delay_s=plan.upscale_delay_s,
+                               downscale_delay_s=plan.downscale_delay_s, **where.serve)
     server_log = work / "soak.server.log"
     server = where.launch(serve_command(cfg, work / "soak.yaml"), server_log)
     try:
