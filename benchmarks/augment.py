@@ -14,8 +14,9 @@ the JSON says which); `--encoder-critic` builds an untrained encoder critic inst
 fresh heads: the demo's critic kind, whose memory and speed do not depend on its weights).
 
 Every run also samples the model actors' memory shard by shard (benchmarks/_actor_memory.py):
-`actor_rss_by_shard`, and `actor_memory_growth`, each actor's RSS at the last shard over the first's,
-less 1, the largest (issue 60's "flat within 5%" is read on a >= 30,000-instance run).
+`actor_rss_by_shard`, `actor_memory_growth` (each actor's mean RSS over the last tenth of the shards
+over its mean over the first tenth, less 1, the largest: issue 60's "flat within 5%", read on a
+>= 30,000-instance run) and `actor_memory_trend_mib_per_h` (each actor's fitted slope).
 
     python -m benchmarks.augment            # 150k instances
     python -m benchmarks.augment --quick    # 300 instances, < 1.5 min
@@ -41,7 +42,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from benchmarks._actor_memory import ActorMemory, growth
+from benchmarks._actor_memory import ActorMemory, growth, trend_mib_per_hour
 from benchmarks._common import PeriodicSampler, peak_rss_gib_tree, timer, write_result
 
 REPO = Path(__file__).resolve().parent.parent
@@ -219,6 +220,7 @@ def main() -> None:
         "instances_per_s": round(pipeline_rate, 2),
         "peak_rss_gib": peak_rss,
         "actor_memory_growth": growth(actors.rows),
+        "actor_memory_trend_mib_per_h": trend_mib_per_hour(actors.rows),
         "actor_rss_by_shard": actors.rows,
         "attempts": n_attempts,
         "sequential_subset": n_seq,
