@@ -49,7 +49,7 @@ def _run_order(item) -> int:
     """Unit tests first, then the `BESIDE` tests, then the quick benchmarks' checks (which wait for the
     runs), then the other integration tests (sorted stably). Not every integration test beside the
     runs: a quick run's serving fault then fails requests sent after its kill
-    (docs/results/test-suite.md), so the quick runs start with it (tests/bench_quick.py)."""
+    (docs/results/test-suite.md), and the `BESIDE` ones wait for the serving loads to end."""
     path = item.nodeid.split("::")[0]
     if path.startswith("tests/unit/"):
         return UNIT
@@ -63,6 +63,13 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip)
+
+
+def pytest_runtest_setup(item):
+    """A test beside the quick runs starts once their serving loads are done (`bench_quick.SERVING_LOADS`):
+    its CPU would starve their replacement replicas past the clients' timeouts."""
+    if _run_order(item) == BESIDE_QUICK_RUNS and bench_quick.started is not None:
+        bench_quick.started.wait_for(bench_quick.SERVING_LOADS)
 
 
 def pytest_collection_finish(session):
